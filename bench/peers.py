@@ -1,0 +1,295 @@
+"""Real processes and sockets around a relay, shared by the tests and the benchmarks.
+
+- ``RelayProcess`` runs ``relay serve`` as a child process and finds its workers.
+- ``StandInTransceiver`` is the transceiver end of the encapsulation, minus WebRTC: it answers
+  every Binding request with a Binding success (which confirms the flow at the relay) and echoes
+  every other payload back, prefixed with its own id so a test can tell who answered.
+- ``hint_request`` builds the first packet of a flow: a Binding request whose USERNAME carries a
+  signed hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import encap, stun
+from common.hint import NONCE_LEN, Keyring, sign_hint
+
+
+def big_buffers(sock: socket.socket, size: int = 4 << 20) -> None:
+    """Large socket buffers, so bursts in tests are not lost in the kernel (root can force)."""
+    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_*BUFFORCE
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, kind) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_port_range(host: str, count: int) -> int:
+    """A base port such that base..base+count-1 are free for UDP right now."""
+    for _ in range(200):
+        base = free_port(host)
+        if base + count > 65535:
+            continue
+        socks = []
+        try:
+            for i in range(count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(s)
+                s.bind((host, base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+def hint_request(
+    keyring: Keyring,
+    cluster: int,
+    transceiver_id: int,
+    now_s: float | None = None,
+    client_ufrag: str = "cli0",
+) -> tuple[bytes, str]:
+    """A Binding request to the transceiver's signed ufrag; returns (packet, ufrag)."""
+    ufrag = sign_hint(
+        keyring,
+        cluster,
+        transceiver_id,
+        time.time() if now_s is None else now_s,
+        secrets.token_bytes(NONCE_LEN),
+    )
+    packet = stun.binding_request(f"{ufrag}:{client_ufrag}", secrets.token_bytes(12))
+    return packet, ufrag
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def cpu_ns(pid: int) -> int:
+    """Time on CPU (user + system) of a process's main thread, from /proc/<pid>/schedstat."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+@dataclass
+class RelayProcess:
+    """``relay serve`` in a child process, on loopback, with a generated keyring."""
+
+    transceivers: dict[int, tuple[str, int]]
+    workers: int = 2
+    cluster: int = 7
+    host: str = "127.0.0.1"
+    keyring: Keyring = field(default_factory=lambda: Keyring.generate(1))
+    extra_args: list[str] = field(default_factory=list)
+    pin: bool = True
+    workdir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.port = free_port(self.host)
+        self.internal_base = free_port_range(self.host, self.workers)
+        self.metrics_port = free_port(self.host, socket.SOCK_STREAM)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    def internal_address(self, worker: int) -> tuple[str, int]:
+        return (self.host, self.internal_base + worker)
+
+    def command(self) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "relay",
+            "serve",
+            "--listen",
+            f"{self.host}:{self.port}",
+            "--internal",
+            f"{self.host}:{self.internal_base}",
+            "--workers",
+            str(self.workers),
+            "--cluster",
+            str(self.cluster),
+            "--keyring-json",
+            self.keyring.to_json(),
+            "--metrics",
+            f"{self.host}:{self.metrics_port}",
+            "--pin" if self.pin else "--no-pin",
+        ]
+        for tid, (h, p) in sorted(self.transceivers.items()):
+            args += ["--transceiver", f"{tid}={h}:{p}"]
+        return args + self.extra_args
+
+    def start(self, timeout_s: float = 10.0) -> RelayProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
+        self.proc = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"relay exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+            with contextlib.suppress(OSError):
+                if self.http("/readyz")[0] == 200:
+                    return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("relay did not become ready")
+
+    def http(self, path: str) -> tuple[int, str]:
+        url = f"http://{self.host}:{self.metrics_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a metric's samples whose labels include ``labels``."""
+        total = 0.0
+        for line in self.http("/metrics")[1].splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            sample, _, lab = head.partition("{")
+            if sample != name:
+                continue
+            if all(f'{k}="{v}"' in lab for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def worker_pids(self) -> list[int]:
+        assert self.proc is not None
+        return children_of(self.proc.pid)
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self) -> RelayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StandInTransceiver:
+    """A transceiver stand-in on a real UDP socket, served by a thread.
+
+    Replies go back to the relay address each packet came from, as a real transceiver's do.
+    Set ``reading = False`` to stop reading (the socket then becomes a sink that costs no CPU).
+    """
+
+    def __init__(self, tid: int, host: str = "127.0.0.1", echo: bool = True) -> None:
+        self.tid = tid
+        self.sock = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM
+        )
+        big_buffers(self.sock)
+        self.sock.bind((host, 0))
+        self.sock.settimeout(0.05)
+        self.address: tuple[str, int] = self.sock.getsockname()[:2]
+        self.echo = echo
+        self.reading = True
+        self.received: list[tuple[str, int, bytes]] = []  # (client ip, client port, payload)
+        self.relay_addresses: set[tuple[str, int]] = set()
+        self.relay_of_client: dict[tuple[str, int], tuple[str, int]] = {}  # the latest path
+        self.stun_requests = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name=f"standin-{tid}")
+
+    def start(self) -> StandInTransceiver:
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        prefix = f"T{self.tid}:".encode()
+        while not self._stop.is_set():
+            if not self.reading:
+                time.sleep(0.01)
+                continue
+            try:
+                data, relay = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            hdr, off = encap.decode_header(data)
+            payload = data[off:]
+            self.relay_addresses.add(relay[:2])
+            self.relay_of_client[(hdr.client_ip, hdr.client_port)] = relay[:2]
+            self.received.append((hdr.client_ip, hdr.client_port, payload))
+            if payload[:1] and payload[0] < 4:
+                msg = stun.parse(payload)
+                if msg.msg_type == stun.BINDING_REQUEST:
+                    self.stun_requests += 1
+                    reply = stun.binding_success(
+                        msg.transaction_id, (hdr.client_ip, hdr.client_port)
+                    )
+                    self.sock.sendto(data[:off] + reply, relay)
+                continue
+            if self.echo:
+                self.sock.sendto(data[:off] + prefix + payload, relay)
+
+    def send_to_client(
+        self, relay: tuple[str, int], client: tuple[str, int], payload: bytes
+    ) -> None:
+        self.sock.sendto(encap.encapsulate(payload, client[0], client[1]), relay)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def __enter__(self) -> StandInTransceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def udp_drops(port: int) -> int:
+    """Datagrams the kernel dropped at a UDP socket bound to ``port`` (/proc/net/udp{,6})."""
+    total = 0
+    for name in ("/proc/net/udp", "/proc/net/udp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(name).read_text().splitlines()[1:]:
+                cols = line.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    total += int(cols[-1])
+    return total
+
+
+def dump(obj: object) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True)

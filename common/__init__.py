@@ -1,0 +1,1 @@
+"""Shared sans-I/O codecs for rtcedge: packet classes, STUN, routing hints, encapsulation."""

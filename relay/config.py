@@ -1,0 +1,151 @@
+"""The relay's configuration: one typed object built once from the CLI/environment and validated.
+
+Every check raises ``ConfigError`` naming the command-line option, so a bad deployment fails at
+start with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass, field
+
+from relay.flows import FlowLimits
+
+
+class ConfigError(ValueError):
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+def parse_host_port(option: str, text: str) -> tuple[str, int]:
+    """'127.0.0.1:3478', '[::1]:3478' or 'name:port' -> (host, port)."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host:
+        raise ConfigError(option, f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(
+            option, f"write IPv6 addresses in brackets, e.g. [::1]:3478 (got {text!r})"
+        )
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError(option, f"port must be a number, got {port!r}") from None
+    if not 0 <= port_n <= 65535:
+        raise ConfigError(option, f"port {port_n} out of range 0..65535")
+    return host, port_n
+
+
+def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
+    """'ID=HOST:PORT' -> (id, (host, port))."""
+    ident, sep, addr = text.partition("=")
+    if not sep:
+        raise ConfigError(option, f"expected ID=HOST:PORT, got {text!r}")
+    try:
+        tid = int(ident)
+    except ValueError:
+        raise ConfigError(option, f"transceiver id must be a number, got {ident!r}") from None
+    if not 0 <= tid <= 0xFFFF:
+        raise ConfigError(option, f"transceiver id {tid} out of range 0..65535")
+    return tid, parse_host_port(option, addr)
+
+
+def parse_id_range(option: str, text: str) -> tuple[int, ...]:
+    """'0-15' or '0,1,5-7' -> the ids, for expanding a DNS template."""
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            ids.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ConfigError(option, f"expected ids like 0-15 or 0,2,4-6, got {text!r}") from None
+    if not ids or min(ids) < 0 or max(ids) > 0xFFFF:
+        raise ConfigError(option, f"ids must be within 0..65535, got {text!r}")
+    return tuple(sorted(set(ids)))
+
+
+def address_family(option: str, host: str) -> int:
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        raise ConfigError(option, f"{host!r} is not an IP address literal") from None
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    listen: tuple[str, int]
+    internal_host: str
+    internal_port_base: int
+    cluster: int
+    workers: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    pin: bool = True
+    keyring_path: str | None = None
+    keyring_json: str | None = None
+    transceivers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    transceiver_dns: str | None = None
+    transceiver_ids: tuple[int, ...] = ()
+    dns_interval_s: float = 10.0
+    limits: FlowLimits = field(default_factory=FlowLimits)
+    max_hint_age_s: int = 4 * 3600
+    metrics: tuple[str, int] | None = ("127.0.0.1", 9478)
+    batch_size: int = 64
+    socket_buffer_bytes: int = 4 << 20
+    restart_backoff_max_s: float = 5.0
+
+    @property
+    def family(self) -> int:
+        return address_family("--listen", self.listen[0])
+
+    @property
+    def internal_family(self) -> int:
+        return address_family("--internal", self.internal_host)
+
+    def validate(self) -> RelayConfig:
+        """Raise ConfigError for the first invalid option; returns self for chaining."""
+        self.family  # noqa: B018 - raises for a non-literal
+        self.internal_family  # noqa: B018
+        if not 1 <= self.workers <= 256:
+            raise ConfigError("--workers", f"must be 1..256, got {self.workers}")
+        if not 0 < self.internal_port_base <= 65535 - self.workers + 1:
+            raise ConfigError(
+                "--internal", f"port base {self.internal_port_base} leaves no room for the workers"
+            )
+        if not 0 <= self.cluster <= 255:
+            raise ConfigError("--cluster", f"must be 0..255, got {self.cluster}")
+        if bool(self.keyring_path) == bool(self.keyring_json):
+            raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
+        if not self.transceivers and not self.transceiver_dns:
+            raise ConfigError(
+                "--transceiver", "give at least one --transceiver or --transceiver-dns"
+            )
+        if self.transceiver_dns:
+            if "{id}" not in self.transceiver_dns:
+                raise ConfigError("--transceiver-dns", "the template must contain {id}")
+            if not self.transceiver_ids:
+                raise ConfigError("--transceiver-ids", "required with --transceiver-dns")
+            parse_host_port("--transceiver-dns", self.transceiver_dns.replace("{id}", "0"))
+        if self.dns_interval_s <= 0:
+            raise ConfigError("--dns-interval", "must be > 0")
+        if not 1 <= self.batch_size <= 256:
+            raise ConfigError("--batch", f"must be 1..256, got {self.batch_size}")
+        lim = self.limits
+        for option, value in (
+            ("--max-pending-flows", lim.max_pending_flows),
+            ("--max-pending-per-ufrag", lim.max_pending_per_ufrag),
+            ("--max-pending-per-prefix", lim.max_pending_per_prefix),
+            ("--pending-ttl", lim.pending_ttl_s),
+            ("--max-flows", lim.max_confirmed_flows),
+            ("--idle-ttl", lim.idle_ttl_s),
+            ("--max-hint-age", self.max_hint_age_s),
+        ):
+            if value <= 0:
+                raise ConfigError(option, f"must be > 0, got {value}")
+        if lim.idle_ttl_s < 4:
+            raise ConfigError(
+                "--idle-ttl", "must be at least 4 s (ICE consent checks come every ~5 s)"
+            )
+        return self

@@ -1,0 +1,149 @@
+"""Per-worker counters in shared memory, and their export in Prometheus format.
+
+A worker only adds integers into a preallocated ``memoryview`` of unsigned 64-bit slots (once per
+batch, or once per drop); it never builds metric objects. The supervisor, which created the
+shared mapping before forking, reads every worker's slots when ``/metrics`` is scraped. The mapping
+outlives a crashed worker, so counters stay monotonic across restarts.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+DIRECTIONS = ("client_to_transceiver", "transceiver_to_client")
+
+DROP_REASONS = (
+    "no_flow",  # non-STUN packet from a client without a flow
+    "not_confirmed",  # non-STUN packet from a client whose flow is still pending
+    "empty_or_oversize",
+    "stun_malformed",  # not a well-formed Binding request with FINGERPRINT and USERNAME
+    "bad_username",  # USERNAME is not "<server ufrag>:<client ufrag>"
+    "hint_malformed",
+    "hint_version",
+    "hint_unknown_key",
+    "hint_bad_tag",
+    "hint_expired",
+    "hint_future",
+    "wrong_cluster",
+    "unknown_transceiver",  # transceiver id not in the allowlist
+    "pending_full",
+    "pending_ufrag_limit",
+    "pending_prefix_limit",
+    "flows_full",
+    "unknown_peer",  # internal packet from an address outside the allowlist
+    "encap_malformed",
+    "wrong_family",  # encapsulated client address of the other IP family
+    "send_error",
+)
+DROP_INDEX = {reason: i for i, reason in enumerate(DROP_REASONS)}
+
+# Upper bounds of the receive-batch histogram buckets (packets per recvmmsg call).
+BATCH_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+PACKETS = 0  # + direction index
+BYTES = 2  # + direction index
+DROPS = 4  # + DROP_INDEX[reason]
+_after_drops = DROPS + len(DROP_REASONS)
+FLOWS_CREATED_PENDING = _after_drops
+FLOWS_CREATED_CONFIRMED = _after_drops + 1
+FLOWS_EXPIRED_PENDING = _after_drops + 2
+FLOWS_EXPIRED_CONFIRMED = _after_drops + 3
+FLOWS_ACTIVE_PENDING = _after_drops + 4  # gauge
+FLOWS_ACTIVE_CONFIRMED = _after_drops + 5  # gauge
+FLOWS_RESTORED = _after_drops + 6
+CONFIG_GENERATION = _after_drops + 7  # gauge: the control-block generation applied
+BATCH_BUCKETS = _after_drops + 8  # one slot per bound, non-cumulative, then +Inf
+BATCH_SUM = BATCH_BUCKETS + len(BATCH_BOUNDS) + 1
+BATCH_COUNT = BATCH_SUM + 1
+SLOTS = BATCH_COUNT + 1
+
+# BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
+BUCKET_OF = tuple(
+    BATCH_BUCKETS + next((i for i, b in enumerate(BATCH_BOUNDS) if n <= b), len(BATCH_BOUNDS))
+    for n in range(BATCH_BOUNDS[-1] + 1)
+)
+
+
+class CounterArea:
+    """One shared mapping holding ``workers`` counter blocks of ``SLOTS`` uint64 each."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._map = mmap.mmap(-1, max(workers * SLOTS * 8, mmap.PAGESIZE))
+        self._words = memoryview(self._map).cast("Q")
+
+    def block(self, worker: int) -> memoryview:
+        """The slots of one worker, as a writable uint64 view."""
+        return self._words[worker * SLOTS : (worker + 1) * SLOTS]
+
+    def total(self, slot: int) -> int:
+        return sum(self._words[w * SLOTS + slot] for w in range(self.workers))
+
+
+class RelayCollector:
+    """prometheus_client collector that reads the shared counters at scrape time."""
+
+    def __init__(self, area: CounterArea, supervisor_state: object) -> None:
+        self.area = area
+        self.state = supervisor_state
+
+    def collect(self) -> Iterator:
+        area = self.area
+        workers = [str(w) for w in range(area.workers)]
+        packets = CounterMetricFamily(
+            "rtcedge_relay_packets", "Packets forwarded.", labels=["worker", "direction"]
+        )
+        octets = CounterMetricFamily(
+            "rtcedge_relay_bytes",
+            "Payload bytes forwarded (encapsulation header excluded).",
+            labels=["worker", "direction"],
+        )
+        drops = CounterMetricFamily(
+            "rtcedge_relay_dropped_packets",
+            "Packets dropped, by reason.",
+            labels=["worker", "reason"],
+        )
+        created = CounterMetricFamily(
+            "rtcedge_relay_flows_created", "Flows created.", labels=["worker", "table"]
+        )
+        expired = CounterMetricFamily(
+            "rtcedge_relay_flows_expired", "Flows expired.", labels=["worker", "table"]
+        )
+        restored = CounterMetricFamily(
+            "rtcedge_relay_flows_restored",
+            "Confirmed flows a restarted worker restored from its journal.",
+            labels=["worker"],
+        )
+        active = GaugeMetricFamily(
+            "rtcedge_relay_flows_active", "Flows in the tables now.", labels=["worker", "table"]
+        )
+        batch = HistogramMetricFamily(
+            "rtcedge_relay_receive_batch_packets",
+            "Datagrams returned per recvmmsg call.",
+            labels=["worker"],
+        )
+        for w, name in enumerate(workers):
+            b = area.block(w)
+            for d, direction in enumerate(DIRECTIONS):
+                packets.add_metric([name, direction], b[PACKETS + d])
+                octets.add_metric([name, direction], b[BYTES + d])
+            for r, reason in enumerate(DROP_REASONS):
+                drops.add_metric([name, reason], b[DROPS + r])
+            created.add_metric([name, "pending"], b[FLOWS_CREATED_PENDING])
+            created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
+            expired.add_metric([name, "pending"], b[FLOWS_EXPIRED_PENDING])
+            expired.add_metric([name, "confirmed"], b[FLOWS_EXPIRED_CONFIRMED])
+            restored.add_metric([name], b[FLOWS_RESTORED])
+            active.add_metric([name, "pending"], b[FLOWS_ACTIVE_PENDING])
+            active.add_metric([name, "confirmed"], b[FLOWS_ACTIVE_CONFIRMED])
+            cumulative, buckets = 0, []
+            for i, bound in enumerate((*BATCH_BOUNDS, "+Inf")):
+                cumulative += b[BATCH_BUCKETS + i]
+                buckets.append((str(bound), cumulative))
+            batch.add_metric([name], buckets, b[BATCH_SUM])
+            b.release()
+        yield from (packets, octets, drops, created, expired, restored, active, batch)
+        yield from self.state.metrics()  # type: ignore[attr-defined]

@@ -1,0 +1,51 @@
+"""The supervisor's HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
+
+Runs in a thread of the supervisor only; workers never serve HTTP. ``/readyz`` is true while every
+worker is running, so a node whose relay is restarting workers is taken out of rotation.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from relay.counters import CounterArea, RelayCollector
+
+
+def start_http_server(
+    address: tuple[str, int], counters: CounterArea, state: object
+) -> ThreadingHTTPServer:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RelayCollector(counters, state))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._reply(200, b"ok\n")
+            elif path == "/readyz":
+                alive, total = state.alive(), len(state.slots)  # type: ignore[attr-defined]
+                ready = alive == total
+                self._reply(200 if ready else 503, f"workers {alive}/{total}\n".encode())
+            else:
+                self._reply(404, b"not found\n")
+
+        def _reply(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(address, Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

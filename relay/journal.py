@@ -1,0 +1,73 @@
+"""A worker's confirmed flows mirrored into shared memory, so its replacement starts with them.
+
+The supervisor maps one journal per worker before forking; a worker writes a fixed-size record
+when a confirmed flow is created or re-pointed and clears it when the flow expires (never per
+packet). After a crash the replacement worker inherits the same sockets *and* this journal, so the
+packets that queued in the socket during the gap are forwarded instead of dropped as unknown.
+
+Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | target id (2 B, big
+endian) | key (up to 22 B, the sockaddr peer bytes) | padding. The state byte is written last and
+cleared first, so a worker killed mid-write leaves at most one record that reads as free.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+
+RECORD_LEN = 32
+MAX_KEY_LEN = 22
+
+
+class FlowJournal:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._map = mmap.mmap(-1, max(capacity * RECORD_LEN, mmap.PAGESIZE))
+        self._mv = memoryview(self._map)
+        self._free: list[int] = []
+
+    def attach(self) -> Iterator[tuple[int, bytes, int]]:
+        """Called once by a (re)started worker: yields (slot, key, target id) of live records and
+        rebuilds the free list."""
+        mv = self._mv
+        self._free = []
+        for slot in range(self.capacity - 1, -1, -1):
+            off = slot * RECORD_LEN
+            if mv[off] != 1:
+                self._free.append(slot)
+                continue
+            n = mv[off + 1]
+            if not 0 < n <= MAX_KEY_LEN:
+                mv[off] = 0
+                self._free.append(slot)
+                continue
+            yield (
+                slot,
+                bytes(mv[off + 4 : off + 4 + n]),
+                int.from_bytes(mv[off + 2 : off + 4], "big"),
+            )
+
+    def write(self, key: bytes, target_id: int, slot: int = -1) -> int:
+        """Store (or overwrite) a record; returns its slot, or -1 when the journal is full."""
+        if slot < 0:
+            if not self._free:
+                return -1
+            slot = self._free.pop()
+        off = slot * RECORD_LEN
+        mv = self._mv
+        mv[off] = 0
+        mv[off + 1] = len(key)
+        mv[off + 2 : off + 4] = target_id.to_bytes(2, "big")
+        mv[off + 4 : off + 4 + len(key)] = key
+        mv[off] = 1
+        return slot
+
+    def clear(self, slot: int) -> None:
+        if slot >= 0:
+            self._mv[slot * RECORD_LEN] = 0
+            self._free.append(slot)
+
+    def reset(self) -> None:
+        """Forget everything (used when the worker's table is rebuilt from scratch)."""
+        self._mv[:] = bytes(len(self._mv))
+        self._free = list(range(self.capacity - 1, -1, -1))

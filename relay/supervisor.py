@@ -1,0 +1,328 @@
+"""The relay supervisor: owns every socket and shared mapping, forks and pins the workers.
+
+Sockets are created once, before any worker exists, and never closed while the relay runs. A
+worker that dies is replaced by a fork that inherits the very same public and internal sockets,
+flow journal and counters (DESIGN.md): the SO_REUSEPORT group never changes, so the kernel keeps
+hashing each client to the same socket, and datagrams that queued during the gap are read by the
+replacement instead of being lost. Restarts back off exponentially when a worker keeps crashing.
+
+SIGTERM/SIGINT stop the workers and exit; SIGHUP reloads the keyring and the allowlist, which
+reach the workers through the control block without touching their flows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from relay.allowlist import AllowlistResolver, load_routing
+from relay.config import ConfigError, RelayConfig
+from relay.control import ControlBlock, RoutingConfig
+from relay.counters import CounterArea
+from relay.journal import FlowJournal
+from relay.worker import Worker
+
+log = logging.getLogger("rtcedge.relay")
+
+STABLE_AFTER_S = 30.0  # a worker that lived this long resets its crash backoff
+BACKOFF_FIRST_S = 0.05
+
+
+@dataclass
+class WorkerSlot:
+    index: int
+    cpu: int | None
+    pid: int = 0
+    started_at: float = 0.0
+    restarts: int = 0
+    consecutive_crashes: int = 0
+    restart_at: float | None = None
+
+
+@dataclass
+class SupervisorState:
+    """What the supervisor itself reports besides the workers' shared counters."""
+
+    slots: list[WorkerSlot] = field(default_factory=list)
+    reloads: int = 0
+    reload_errors: int = 0
+    transceivers: int = 0
+    resolver: AllowlistResolver | None = None
+
+    def alive(self) -> int:
+        return sum(1 for s in self.slots if s.pid)
+
+    def metrics(self) -> Iterator:
+        restarts = CounterMetricFamily(
+            "rtcedge_relay_worker_restarts", "Workers restarted after exiting.", labels=["worker"]
+        )
+        for s in self.slots:
+            restarts.add_metric([str(s.index)], s.restarts)
+        yield restarts
+        yield GaugeMetricFamily(
+            "rtcedge_relay_workers_alive", "Workers running.", value=self.alive()
+        )
+        yield GaugeMetricFamily(
+            "rtcedge_relay_allowlist_transceivers",
+            "Transceivers in the allowlist.",
+            value=self.transceivers,
+        )
+        yield CounterMetricFamily(
+            "rtcedge_relay_config_reloads", "Routing configuration reloads.", value=self.reloads
+        )
+        yield CounterMetricFamily(
+            "rtcedge_relay_config_reload_errors",
+            "Reloads that failed and kept the previous configuration.",
+            value=self.reload_errors,
+        )
+        errors = self.resolver.errors if self.resolver else 0
+        yield CounterMetricFamily(
+            "rtcedge_relay_dns_errors", "Failed transceiver name lookups.", value=errors
+        )
+
+
+def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket]]:
+    """One (public, internal) pair per worker; errors name the option that caused them."""
+    pairs = []
+    for i in range(config.workers):
+        pub = socket.socket(config.family, socket.SOCK_DGRAM)
+        pub.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if config.family == socket.AF_INET6:
+            pub.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        internal = socket.socket(config.internal_family, socket.SOCK_DGRAM)
+        for s in (pub, internal):
+            s.setblocking(False)
+            _set_buffers(s, config.socket_buffer_bytes)
+        try:
+            pub.bind(config.listen)
+        except OSError as exc:
+            raise ConfigError("--listen", f"cannot bind {config.listen}: {exc.strerror}") from None
+        port = config.internal_port_base + i
+        try:
+            internal.bind((config.internal_host, port))
+        except OSError as exc:
+            raise ConfigError(
+                "--internal", f"cannot bind {config.internal_host}:{port}: {exc.strerror}"
+            ) from None
+        pairs.append((pub, internal))
+    return pairs
+
+
+def _set_buffers(sock: socket.socket, size: int) -> None:
+    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_*BUFFORCE
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)  # needs CAP_NET_ADMIN
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+class Supervisor:
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config.validate()
+        self.resolver = AllowlistResolver(config)
+        self.routing = load_routing(config, self.resolver)
+        self.sockets = open_sockets(config)
+        self.counters = CounterArea(config.workers)
+        self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
+        self.control = ControlBlock()
+        self._publish(self.routing)
+        cpus = sorted(os.sched_getaffinity(0))
+        self.state = SupervisorState(
+            slots=[
+                WorkerSlot(i, cpus[i % len(cpus)] if config.pin else None)
+                for i in range(config.workers)
+            ],
+            resolver=self.resolver,
+        )
+        self.state.transceivers = len(self.routing.transceivers)
+        self._stop = False
+        self._reload = False
+        self._lock = threading.Lock()  # serialises publications from SIGHUP and the DNS thread
+
+    @property
+    def addresses(self) -> dict[str, object]:
+        return {
+            "public": self.sockets[0][0].getsockname()[:2],
+            "internal": [s[1].getsockname()[:2] for s in self.sockets],
+        }
+
+    def _publish(self, routing: RoutingConfig) -> None:
+        self.control.publish(routing.to_json())
+
+    # -- workers ---------------------------------------------------------------------------------
+    def _spawn(self, slot: WorkerSlot) -> None:
+        pid = os.fork()
+        if pid:
+            slot.pid = pid
+            slot.started_at = time.monotonic()
+            slot.restart_at = None
+            return
+        code = 0
+        try:
+            self._become_worker(slot)
+        except BaseException:
+            log.exception("relay worker %d failed", slot.index)
+            code = 1
+        finally:
+            os._exit(code)
+
+    def _become_worker(self, slot: WorkerSlot) -> None:
+        if slot.cpu is not None:
+            os.sched_setaffinity(0, {slot.cpu})
+        for i, (pub, internal) in enumerate(self.sockets):
+            if i != slot.index:
+                pub.close()
+                internal.close()
+        pub, internal = self.sockets[slot.index]
+        worker = Worker(
+            slot.index,
+            self.config,
+            pub,
+            internal,
+            self.counters.block(slot.index),
+            self.journals[slot.index],
+            self.control,
+        )
+        gc.freeze()
+        worker.run()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for slot in self.state.slots:
+                if slot.pid != pid:
+                    continue
+                slot.pid = 0
+                if self._stop:
+                    break
+                lived = time.monotonic() - slot.started_at
+                slot.consecutive_crashes = (
+                    1 if lived >= STABLE_AFTER_S else slot.consecutive_crashes + 1
+                )
+                # The first restart is immediate: queued datagrams wait in the inherited socket.
+                delay = 0.0
+                if slot.consecutive_crashes > 1:
+                    delay = min(
+                        self.config.restart_backoff_max_s,
+                        BACKOFF_FIRST_S * 2 ** (slot.consecutive_crashes - 2),
+                    )
+                slot.restart_at = time.monotonic() + delay
+                slot.restarts += 1
+                log.warning(
+                    "relay worker %d (pid %d) exited with status %#x; restarting in %.2fs",
+                    slot.index,
+                    pid,
+                    status,
+                    delay,
+                )
+
+    # -- configuration ---------------------------------------------------------------------------
+    def reload(self) -> None:
+        """SIGHUP: re-read the keyring and re-resolve the allowlist; keep the old on failure."""
+        with self._lock:
+            try:
+                routing = load_routing(self.config, self.resolver)
+            except ConfigError as exc:
+                self.state.reload_errors += 1
+                log.error("reload failed, keeping the previous configuration: %s", exc)
+                return
+            self.routing = routing
+            self._publish(routing)
+            self.state.reloads += 1
+            self.state.transceivers = len(routing.transceivers)
+            log.info("reloaded: %d transceivers", len(routing.transceivers))
+
+    def _dns_loop(self) -> None:
+        while not self._stop:
+            time.sleep(self.config.dns_interval_s)
+            with self._lock:
+                transceivers = self.resolver.refresh()
+                if transceivers != self.routing.transceivers:
+                    self.routing = RoutingConfig(self.routing.keyring, transceivers)
+                    self._publish(self.routing)
+                    self.state.transceivers = len(transceivers)
+
+    # -- main loop -------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            self._reload = True
+        elif signum in (signal.SIGTERM, signal.SIGINT):
+            self._stop = True
+
+    def serve(self, on_ready: object = None) -> None:
+        """Fork the workers and supervise them until SIGTERM/SIGINT."""
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, self._on_signal)
+        for slot in self.state.slots:
+            self._spawn(slot)
+        from relay.http import start_http_server  # after forking: workers never run its thread
+
+        server = None
+        if self.config.metrics:
+            server = start_http_server(self.config.metrics, self.counters, self.state)
+        if self.config.transceiver_dns:
+            threading.Thread(target=self._dns_loop, name="dns", daemon=True).start()
+        log.info(
+            "relay listening on %s with %d workers, internal %s",
+            self.addresses["public"],
+            self.config.workers,
+            self.addresses["internal"],
+        )
+        if callable(on_ready):
+            on_ready(self)
+        try:
+            while not self._stop:
+                pending = [s.restart_at for s in self.state.slots if s.restart_at is not None]
+                timeout = max(0.0, min(pending) - time.monotonic()) if pending else 1.0
+                select.select([wake_r], [], [], timeout)
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                self._reap()
+                if self._reload:
+                    self._reload = False
+                    self.reload()
+                now = time.monotonic()
+                for slot in self.state.slots:
+                    if not self._stop and slot.restart_at is not None and slot.restart_at <= now:
+                        self._spawn(slot)
+        finally:
+            self._shutdown()
+            if server is not None:
+                server.shutdown()
+
+    def _shutdown(self, grace_s: float = 5.0) -> None:
+        for slot in self.state.slots:
+            if slot.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(s.pid for s in self.state.slots) and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.01)
+        for slot in self.state.slots:
+            if slot.pid:
+                os.kill(slot.pid, signal.SIGKILL)
+                os.waitpid(slot.pid, 0)
+                slot.pid = 0
+        log.info("relay stopped")

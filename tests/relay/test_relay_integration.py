@@ -1,0 +1,243 @@
+"""``relay serve`` with real sockets: 2 workers, 3 stand-in transceivers, 200 loopback clients."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import socket
+import time
+
+import pytest
+
+from bench.peers import RelayProcess, StandInTransceiver, big_buffers, hint_request
+from common import stun
+from common.hint import NONCE_LEN, Keyring, sign_hint
+
+CLIENTS = 200
+TRANSCEIVERS = (0, 1, 2)
+
+
+def udp_client() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    big_buffers(s, 1 << 20)
+    s.bind(("127.0.0.1", 0))
+    s.setblocking(False)
+    return s
+
+
+def collect(socks: list[socket.socket], want: int, timeout_s: float = 5.0) -> dict:
+    """Read from ``socks`` until ``want`` datagrams arrived or the timeout passed."""
+    got: dict[socket.socket, list[bytes]] = {s: [] for s in socks}
+    total = 0
+    deadline = time.monotonic() + timeout_s
+    while total < want and time.monotonic() < deadline:
+        ready, _, _ = select.select(socks, [], [], 0.05)
+        for s in ready:
+            while True:
+                try:
+                    got[s].append(s.recv(4096))
+                    total += 1
+                except BlockingIOError:
+                    break
+    return got
+
+
+@pytest.fixture
+def standins():
+    peers = [StandInTransceiver(tid).start() for tid in TRANSCEIVERS]
+    yield peers
+    for p in peers:
+        p.close()
+
+
+@pytest.fixture
+def relay(standins):
+    r = RelayProcess(
+        {p.tid: p.address for p in standins},
+        workers=2,
+        extra_args=["--max-pending-per-prefix", "1000"],
+    )
+    with r:
+        yield r
+
+
+def open_flows(relay: RelayProcess, clients: list[socket.socket], tids: list[int]) -> None:
+    for c, tid in zip(clients, tids, strict=True):
+        c.sendto(hint_request(relay.keyring, relay.cluster, tid)[0], relay.address)
+    replies = collect(clients, len(clients))
+    for c in clients:
+        assert len(replies[c]) == 1, "every client gets its Binding success through the relay"
+        msg = stun.parse(replies[c][0])
+        assert msg.msg_type == stun.BINDING_SUCCESS
+        assert stun.xor_mapped_address(replies[c][0], msg) == c.getsockname()
+
+
+def test_200_clients_reach_their_own_transceiver_and_back(relay, standins):
+    clients = [udp_client() for _ in range(CLIENTS)]
+    tids = [TRANSCEIVERS[i % len(TRANSCEIVERS)] for i in range(CLIENTS)]
+    open_flows(relay, clients, tids)
+    # DTLS-like (first byte 22) and RTP-like (first byte 0x80) packets, tagged with the client.
+    for round_ in range(3):
+        for i, c in enumerate(clients):
+            c.sendto(bytes([22]) + f"dtls {i} {round_}".encode(), relay.address)
+            c.sendto(bytes([0x80]) + f"rtp {i} {round_}".encode(), relay.address)
+    echoes = collect(clients, CLIENTS * 6)
+    for i, c in enumerate(clients):
+        prefix = f"T{tids[i]}:".encode()
+        assert sorted(echoes[c]) == sorted(
+            prefix + bytes([kind]) + f"{name} {i} {r}".encode()
+            for r in range(3)
+            for kind, name in ((22, "dtls"), (0x80, "rtp"))
+        )
+    # Each stand-in saw exactly its own clients, with their real addresses in the header.
+    for peer in standins:
+        media = [(ip, port, p) for ip, port, p in peer.received if p[0] >= 20]
+        assert len(media) == 6 * tids.count(peer.tid)
+        for ip, port, payload in media:
+            i = int(payload[1:].split()[1])
+            assert tids[i] == peer.tid
+            assert (ip, port) == clients[i].getsockname()
+    # Both workers carried traffic (SO_REUSEPORT spread the 200 flows).
+    for w in ("0", "1"):
+        assert relay.metric("rtcedge_relay_packets_total", worker=w) > 0
+    # Gauges are published on the workers' one-second tick.
+    assert wait_for(lambda: relay.metric("rtcedge_relay_flows_active", table="confirmed"), CLIENTS)
+    for c in clients:
+        c.close()
+
+
+def wait_for(read, expected, timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while read() != expected:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _rejected(relay: RelayProcess, standins, first_packet: bytes, reason: str) -> None:
+    """Send a first packet and a media packet from a fresh client; nothing may be forwarded."""
+    before = [len(p.received) for p in standins]
+    drops_before = relay.metric("rtcedge_relay_dropped_packets_total", reason=reason)
+    all_before = relay.metric("rtcedge_relay_dropped_packets_total")
+    c = udp_client()
+    c.sendto(first_packet, relay.address)
+    c.sendto(b"\x80media", relay.address)
+    c.sendto(b"\x16dtls", relay.address)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        if relay.metric("rtcedge_relay_dropped_packets_total", reason=reason) > drops_before:
+            break
+        time.sleep(0.02)
+    assert relay.metric("rtcedge_relay_dropped_packets_total", reason=reason) >= drops_before + 1
+    # The first packet is dropped for its reason; the two that follow find no flow.
+    assert wait_for(lambda: relay.metric("rtcedge_relay_dropped_packets_total"), all_before + 3)
+    time.sleep(0.1)
+    assert [len(p.received) for p in standins] == before, "nothing reached any transceiver"
+    assert collect([c], 1, timeout_s=0.2)[c] == [], "nothing came back"
+    c.close()
+
+
+def _request(ufrag: str, **kw) -> bytes:
+    return stun.binding_request(f"{ufrag}:cli", secrets.token_bytes(12), **kw)
+
+
+def test_forged_expired_wrongly_keyed_and_malformed_hints_forward_nothing(relay, standins):
+    now = time.time()
+    good = sign_hint(relay.keyring, relay.cluster, 1, now, secrets.token_bytes(NONCE_LEN))
+    other_secret = Keyring({1: secrets.token_bytes(32)}, 1)
+    unknown_id = Keyring({9: secrets.token_bytes(32)}, 9)
+    tampered = good[:-3] + ("A" if good[-3] != "A" else "B") + good[-2:]
+    cases = [
+        (_request(tampered), "hint_bad_tag"),
+        (_request("A" * 36), "hint_version"),
+        (_request("-" * 36), "hint_malformed"),
+        (_request("x" * 12), "hint_malformed"),
+        (_request(sign_hint(other_secret, relay.cluster, 1, now, bytes(7))), "hint_bad_tag"),
+        (_request(sign_hint(unknown_id, relay.cluster, 1, now, bytes(7))), "hint_unknown_key"),
+        (
+            _request(sign_hint(relay.keyring, relay.cluster, 1, now - 5 * 3600, bytes(7))),
+            "hint_expired",
+        ),
+        (
+            _request(sign_hint(relay.keyring, relay.cluster, 1, now + 3600, bytes(7))),
+            "hint_future",
+        ),
+        (_request(sign_hint(relay.keyring, relay.cluster + 1, 1, now, bytes(7))), "wrong_cluster"),
+        (
+            _request(sign_hint(relay.keyring, relay.cluster, 77, now, bytes(7))),
+            "unknown_transceiver",
+        ),
+        (stun.binding_request(good, secrets.token_bytes(12)), "bad_username"),
+        (_request(good)[:-8], "stun_malformed"),  # FINGERPRINT cut off: header length lies
+        (
+            stun.build(
+                stun.BINDING_REQUEST, bytes(12), [(stun.ATTR_USERNAME, b"a:b")], None, False
+            ),
+            "stun_malformed",
+        ),
+        (b"\x00\x01" + os.urandom(60), "stun_malformed"),
+        (b"\x80not a stun packet", "no_flow"),
+    ]
+    for packet, reason in cases:
+        _rejected(relay, standins, packet, reason)
+
+
+def test_metrics_health_and_readiness(relay):
+    assert relay.http("/healthz")[0] == 200
+    status, body = relay.http("/readyz")
+    assert status == 200 and "workers 2/2" in body
+    text = relay.http("/metrics")[1]
+    for name in (
+        "rtcedge_relay_packets_total",
+        "rtcedge_relay_bytes_total",
+        "rtcedge_relay_dropped_packets_total",
+        "rtcedge_relay_flows_active",
+        "rtcedge_relay_flows_created_total",
+        "rtcedge_relay_flows_expired_total",
+        "rtcedge_relay_receive_batch_packets_bucket",
+        "rtcedge_relay_worker_restarts_total",
+        "rtcedge_relay_workers_alive",
+    ):
+        assert f"\n{name}" in text, name
+    assert relay.metric("rtcedge_relay_workers_alive") == 2
+
+
+def test_sighup_rotates_keys_without_dropping_flows(tmp_path, standins):
+    old = Keyring.generate(1)
+    path = tmp_path / "keyring.json"
+    path.write_text(old.to_json())
+    r = RelayProcess({p.tid: p.address for p in standins}, workers=1, keyring=old)
+    r.extra_args = ["--keyring", str(path)]
+    r.command = _without_keyring_json(r.command)  # type: ignore[method-assign]
+    with r:
+        live = udp_client()
+        open_flows(r, [live], [0])
+        rotated = Keyring({**old.keys, 2: secrets.token_bytes(32)}, 2)
+        new_client = udp_client()
+        new_client.sendto(hint_request(rotated, r.cluster, 1)[0], r.address)
+        assert collect([new_client], 1, 0.5)[new_client] == [], "key 2 unknown before the reload"
+        path.write_text(rotated.to_json())
+        assert r.proc is not None
+        r.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while r.metric("rtcedge_relay_config_reloads_total") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.2)  # workers pick the new generation up on their next tick
+        fresh = udp_client()
+        fresh.sendto(hint_request(rotated, r.cluster, 1)[0], r.address)
+        assert len(collect([fresh], 1)[fresh]) == 1, "a hint signed with the new key is routed"
+        live.sendto(b"\x80still here", r.address)
+        assert collect([live], 1)[live] == [b"T0:\x80still here"], "the old flow survived"
+        assert wait_for(lambda: r.metric("rtcedge_relay_flows_active", table="confirmed"), 2)
+
+
+def _without_keyring_json(command):
+    def patched() -> list[str]:
+        args = command()
+        i = args.index("--keyring-json")
+        return args[:i] + args[i + 2 :]
+
+    return patched

@@ -105,20 +105,22 @@ class RelayProcess:
     workers: int = 2
     cluster: int = 7
     host: str = "127.0.0.1"
+    public_host: str | None = None  # the listen address family may differ from the internal one
     keyring: Keyring = field(default_factory=lambda: Keyring.generate(1))
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
     workdir: Path | None = None
 
     def __post_init__(self) -> None:
-        self.port = free_port(self.host)
+        self.public_host = self.public_host or self.host
+        self.port = free_port(self.public_host)
         self.internal_base = free_port_range(self.host, self.workers)
         self.metrics_port = free_port(self.host, socket.SOCK_STREAM)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
-        return (self.host, self.port)
+        return (self.public_host, self.port)  # type: ignore[return-value]
 
     def internal_address(self, worker: int) -> tuple[str, int]:
         return (self.host, self.internal_base + worker)
@@ -130,7 +132,9 @@ class RelayProcess:
             "relay",
             "serve",
             "--listen",
-            f"{self.host}:{self.port}",
+            f"[{self.public_host}]:{self.port}"
+            if ":" in str(self.public_host)
+            else f"{self.public_host}:{self.port}",
             "--internal",
             f"{self.host}:{self.internal_base}",
             "--workers",

@@ -238,7 +238,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         internal_host=internal_host,
         internal_port_base=port_base,
         cluster=int(opts["cluster"]),
-        workers=int(opts["workers"] or len(os.sched_getaffinity(0))),
+        workers=len(os.sched_getaffinity(0)) if opts["workers"] is None else int(opts["workers"]),
         pin=bool(opts["pin"]),
         keyring_path=opts["keyring"],
         keyring_json=opts["keyring_json"],

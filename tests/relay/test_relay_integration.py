@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import select
 import signal
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from bench.peers import RelayProcess, StandInTransceiver, big_buffers, hint_request
-from common import stun
+from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
 
 CLIENTS = 200
@@ -241,3 +242,57 @@ def _without_keyring_json(command):
         return args[:i] + args[i + 2 :]
 
     return patched
+
+
+def test_ipv6_clients_through_an_ipv4_internal_network(standins):
+    with RelayProcess({p.tid: p.address for p in standins}, workers=2, public_host="::1") as r:
+        clients = []
+        for _ in range(20):
+            c = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            c.bind(("::1", 0))
+            c.setblocking(False)
+            clients.append(c)
+        for i, c in enumerate(clients):
+            c.sendto(hint_request(r.keyring, r.cluster, i % 3)[0], r.address)
+        replies = collect(clients, len(clients))
+        for c in clients:
+            msg = stun.parse(replies[c][0])
+            assert stun.xor_mapped_address(replies[c][0], msg) == c.getsockname()[:2]
+        for i, c in enumerate(clients):
+            c.sendto(b"\x80v6 %d" % i, r.address)
+        echoes = collect(clients, len(clients))
+        for i, c in enumerate(clients):
+            assert echoes[c] == [b"T%d:\x80v6 %d" % (i % 3, i)]
+        seen = {(ip, port) for p in standins for ip, port, _ in p.received}
+        assert {c.getsockname()[:2] for c in clients} <= seen
+
+
+def test_garbage_on_both_sockets_is_dropped_and_counted_without_crashing(relay, standins):
+    pids = relay.worker_pids()
+    rng = random.Random(7)
+    c = udp_client()
+    outsider = udp_client()
+    for length in range(0, 1501, 7):
+        first = rng.choice([0, 1, 2, 3, 20, 23, 64, 128, 191, 255, rng.randrange(256)])
+        junk = bytes([first]) + rng.randbytes(length)[: max(0, length - 1)] if length else b""
+        if junk[:1] == b"\xff":  # never a valid header: the relay would send to a random address
+            junk = b"\xff\x00" + junk[2:]
+        c.sendto(junk, relay.address)
+        for w in range(2):
+            # From an allowlisted transceiver (bad encapsulation) and from an unknown address.
+            standins[0].sock.sendto(junk, relay.internal_address(w))
+            outsider.sendto(
+                encap.encapsulate(b"\x80x", *c.getsockname()), relay.internal_address(w)
+            )
+    big = udp_client()
+    big.sendto(b"\x00\x01" + bytes(3000), relay.address)  # larger than a receive slot
+    sent_internal = 2 * len(range(0, 1501, 7))
+    assert wait_for(
+        lambda: relay.metric("rtcedge_relay_dropped_packets_total", reason="unknown_peer"),
+        sent_internal,
+    )
+    assert relay.metric("rtcedge_relay_dropped_packets_total", reason="encap_malformed") > 0
+    assert relay.metric("rtcedge_relay_dropped_packets_total", reason="empty_or_oversize") >= 1
+    assert collect([c], 1, timeout_s=0.3)[c] == [], "nothing was sent to the unknown client"
+    assert relay.worker_pids() == pids
+    assert relay.metric("rtcedge_relay_worker_restarts_total") == 0

@@ -69,7 +69,7 @@ def test_an_occupied_listen_port_is_reported_as_such():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))  # no SO_REUSEPORT: the relay cannot join
         port = s.getsockname()[1]
-        result = run(BASE + ["--listen", f"127.0.0.1:{port}"])
+        result = run([*BASE, "--listen", f"127.0.0.1:{port}"])
     assert result.exit_code == 2 and "--listen: cannot bind" in result.output
 
 

@@ -215,13 +215,13 @@ class StandInTransceiver:
     Set ``reading = False`` to stop reading (the socket then becomes a sink that costs no CPU).
     """
 
-    def __init__(self, tid: int, host: str = "127.0.0.1", echo: bool = True) -> None:
+    def __init__(self, tid: int, host: str = "127.0.0.1", echo: bool = True, port: int = 0) -> None:
         self.tid = tid
         self.sock = socket.socket(
             socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM
         )
         big_buffers(self.sock)
-        self.sock.bind((host, 0))
+        self.sock.bind((host, port))
         self.sock.settimeout(0.05)
         self.address: tuple[str, int] = self.sock.getsockname()[:2]
         self.echo = echo

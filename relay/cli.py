@@ -186,7 +186,7 @@ def main() -> None:
     "--batch",
     env="BATCH",
     type=int,
-    default=64,
+    default=256,
     show_default=True,
     help="Datagrams per recvmmsg/sendmmsg call.",
 )

@@ -92,7 +92,7 @@ class RelayConfig:
     limits: FlowLimits = field(default_factory=FlowLimits)
     max_hint_age_s: int = 4 * 3600
     metrics: tuple[str, int] | None = ("127.0.0.1", 9478)
-    batch_size: int = 64
+    batch_size: int = 256
     socket_buffer_bytes: int = 4 << 20
     restart_backoff_max_s: float = 5.0
 

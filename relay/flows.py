@@ -15,6 +15,7 @@ The worker's hot loop reads ``confirmed`` directly; everything else goes through
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,12 @@ class ConfirmedFlow:
 
 
 class FlowTable:
-    """Pending and confirmed flows keyed by the raw peer bytes of the client's sockaddr."""
+    """Pending and confirmed flows keyed by the client's address (see relay.peerkey)."""
 
     def __init__(self, limits: FlowLimits) -> None:
         self.limits = limits
-        self.pending: dict[bytes, PendingFlow] = {}
-        self.confirmed: dict[bytes, ConfirmedFlow] = {}
+        self.pending: dict[Hashable, PendingFlow] = {}
+        self.confirmed: dict[Hashable, ConfirmedFlow] = {}
         self._pending_by_ufrag: dict[str, int] = {}
         self._pending_by_prefix: dict[bytes, int] = {}
         self.created_pending = 0
@@ -74,7 +75,7 @@ class FlowTable:
         self.expired_confirmed = 0
 
     # -- pending ---------------------------------------------------------------------------
-    def admit(self, key: bytes, prefix: bytes, ufrag: str, target_id: int, now: int) -> None:
+    def admit(self, key: Hashable, prefix: bytes, ufrag: str, target_id: int, now: int) -> None:
         """Record a pending flow for a verified first packet, or raise FlowLimitError.
 
         A client that is already pending for the same ufrag (ICE retransmissions) is accepted
@@ -99,7 +100,7 @@ class FlowTable:
         self._pending_by_prefix[prefix] = self._pending_by_prefix.get(prefix, 0) + 1
         self.created_pending += 1
 
-    def _drop_pending(self, key: bytes, flow: PendingFlow) -> None:
+    def _drop_pending(self, key: Hashable, flow: PendingFlow) -> None:
         del self.pending[key]
         for counts, k in (
             (self._pending_by_ufrag, flow.ufrag),
@@ -123,7 +124,7 @@ class FlowTable:
         return expired
 
     # -- confirmed -------------------------------------------------------------------------
-    def confirm(self, key: bytes, target_id: int, now: int) -> tuple[ConfirmedFlow, bool]:
+    def confirm(self, key: Hashable, target_id: int, now: int) -> tuple[ConfirmedFlow, bool]:
         """A transceiver sent to this client: create, refresh or re-point its flow.
 
         Returns the flow and whether it is new or re-pointed (the caller then sets ``wire``).
@@ -146,7 +147,7 @@ class FlowTable:
         self.created_confirmed += 1
         return flow, True
 
-    def restore(self, key: bytes, target_id: int, now: int) -> ConfirmedFlow | None:
+    def restore(self, key: Hashable, target_id: int, now: int) -> ConfirmedFlow | None:
         """Re-create a confirmed flow found in the worker's journal after a restart."""
         if key in self.confirmed or len(self.confirmed) >= self.limits.max_confirmed_flows:
             return None

@@ -6,7 +6,7 @@ packet). After a crash the replacement worker inherits the same sockets *and* th
 packets that queued in the socket during the gap are forwarded instead of dropped as unknown.
 
 Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | target id (2 B, big
-endian) | key (up to 22 B, the sockaddr peer bytes) | padding. The state byte is written last and
+endian) | key (up to 24 B, see relay.peerkey) | padding. The state byte is written last and
 cleared first, so a worker killed mid-write leaves at most one record that reads as free.
 """
 
@@ -16,7 +16,7 @@ import mmap
 from collections.abc import Iterator
 
 RECORD_LEN = 32
-MAX_KEY_LEN = 22
+MAX_KEY_LEN = 24
 
 
 class FlowJournal:

@@ -30,9 +30,8 @@ W_NAME, W_NAMELEN, W_IOV, W_IOVLEN, W_LEN = 0, 1, 2, 3, 7
 IOVEC_WORDS = 2  # iov_base, iov_len
 
 SOCKADDR_LEN = {socket.AF_INET: 16, socket.AF_INET6: 28}
-# The bytes of a sockaddr that identify a peer: port and address (plus, for IPv6, the flowinfo
-# that Linux leaves zero unless IPV6_FLOWINFO is enabled, and nothing after the address).
-PEER_KEY_SLICE = {socket.AF_INET: (2, 8), socket.AF_INET6: (2, 24)}
+# Sockaddrs sit at a word-aligned stride so they can be read as 64-bit words (relay.peerkey).
+NAME_STRIDE = {socket.AF_INET: 16, socket.AF_INET6: 32}
 # Offset and length of the address inside the sockaddr.
 ADDR_SLICE = {socket.AF_INET: (4, 4), socket.AF_INET6: (8, 16)}
 
@@ -51,7 +50,7 @@ class RecvBatch:
     """Preallocated receive side: ``slots`` payload buffers of ``slot_size`` bytes each.
 
     After ``recv(fd)`` returns n, packet i is ``data[i * slot_size : i * slot_size + length(i)]``
-    and its source sockaddr is ``names[i * name_len : (i + 1) * name_len]``.
+    and its source sockaddr starts at ``names[i * name_stride]``.
     """
 
     def __init__(self, family: int, slots: int, slot_size: int = 2048, headroom: int = 0) -> None:
@@ -59,14 +58,16 @@ class RecvBatch:
         self.slots = slots
         self.slot_size = slot_size
         self.name_len = SOCKADDR_LEN[family]
+        self.name_stride = NAME_STRIDE[family]
         self._data = (ctypes.c_char * (slots * slot_size))()
-        self._names = (ctypes.c_char * (slots * self.name_len))()
+        self._names = (ctypes.c_char * (slots * self.name_stride))()
         self._iov = (ctypes.c_uint64 * (slots * IOVEC_WORDS))()
         self._hdrs = (ctypes.c_uint64 * (slots * MMSGHDR_WORDS))()
         self.data_addr = ctypes.addressof(self._data)
         self.data = memoryview(self._data).cast("B")
         self.data_h = self.data.cast("H")  # 16-bit view for strided copies of header fields
         self.names = memoryview(self._names).cast("B")
+        self.names_q = self.names.cast("Q")
         self.hdrs = _words(self._hdrs)
         iov = _words(self._iov)
         names_addr = ctypes.addressof(self._names)
@@ -75,7 +76,7 @@ class RecvBatch:
             iov[i * 2] = self.data_addr + i * slot_size + headroom
             iov[i * 2 + 1] = slot_size - headroom
             h = i * MMSGHDR_WORDS
-            self.hdrs[h + W_NAME] = names_addr + i * self.name_len
+            self.hdrs[h + W_NAME] = names_addr + i * self.name_stride
             self.hdrs[h + W_NAMELEN] = self.name_len
             self.hdrs[h + W_IOV] = iov_addr + i * 16
             self.hdrs[h + W_IOVLEN] = 1
@@ -102,18 +103,20 @@ class SendBatch:
     Callers fill entry k by writing the word views directly: ``hdrs[k*8 + W_NAME]`` (address of a
     sockaddr), ``hdrs[k*8 + W_NAMELEN]``, ``hdrs[k*8 + W_IOVLEN]`` and the iovec words
     ``iov[(k*iovs + j)*2]`` / ``+1``. ``names`` offers one scratch sockaddr per entry for
-    destinations that are not preallocated elsewhere.
+    destinations that are not preallocated elsewhere (at ``k * name_stride``).
     """
 
     def __init__(self, family: int, slots: int, iovs: int = 2) -> None:
         self.slots = slots
         self.iovs = iovs
         self.name_len = SOCKADDR_LEN[family]
-        self._names = (ctypes.c_char * (slots * self.name_len))()
+        self.name_stride = NAME_STRIDE[family]
+        self._names = (ctypes.c_char * (slots * self.name_stride))()
         self._iov = (ctypes.c_uint64 * (slots * iovs * IOVEC_WORDS))()
         self._hdrs = (ctypes.c_uint64 * (slots * MMSGHDR_WORDS))()
         self.names = memoryview(self._names).cast("B")
         self.names_h = self.names.cast("H")
+        self.names_q = self.names.cast("Q")
         self.names_addr = ctypes.addressof(self._names)
         self.iov = _words(self._iov)
         self.hdrs = _words(self._hdrs)
@@ -121,11 +124,11 @@ class SendBatch:
         family_bytes = family.to_bytes(2, "little")
         for k in range(slots):
             h = k * MMSGHDR_WORDS
-            self.hdrs[h + W_NAME] = self.names_addr + k * self.name_len
+            self.hdrs[h + W_NAME] = self.names_addr + k * self.name_stride
             self.hdrs[h + W_NAMELEN] = self.name_len
             self.hdrs[h + W_IOV] = iov_addr + k * iovs * 16
             self.hdrs[h + W_IOVLEN] = iovs
-            self.names[k * self.name_len : k * self.name_len + 2] = family_bytes
+            self.names[k * self.name_stride : k * self.name_stride + 2] = family_bytes
         self._hdrs_addr = ctypes.addressof(self._hdrs)
 
     def send(self, fd: int, count: int) -> int:

@@ -37,6 +37,7 @@ log = logging.getLogger("rtcedge.relay")
 
 STABLE_AFTER_S = 30.0  # a worker that lived this long resets its crash backoff
 BACKOFF_FIRST_S = 0.05
+IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # linux/in.h; not exported by Python's socket module
 
 
 @dataclass
@@ -104,6 +105,10 @@ def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket
         for s in (pub, internal):
             s.setblocking(False)
             _set_buffers(s, config.socket_buffer_bytes)
+            if s.family == socket.AF_INET:
+                # Don't-fragment: WebRTC keeps datagrams far below any MTU (browsers send
+                # <= ~1200 B), and with DF set the kernel skips IP ID generation per packet.
+                s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
         try:
             pub.bind(config.listen)
         except OSError as exc:

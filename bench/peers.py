@@ -26,15 +26,7 @@ from pathlib import Path
 
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
-
-
-def big_buffers(sock: socket.socket, size: int = 4 << 20) -> None:
-    """Large socket buffers, so bursts in tests are not lost in the kernel (root can force)."""
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_*BUFFORCE
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+from relay.mmsg import set_buffers
 
 
 def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
@@ -220,7 +212,7 @@ class StandInTransceiver:
         self.sock = socket.socket(
             socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM
         )
-        big_buffers(self.sock)
+        set_buffers(self.sock, 4 << 20)  # bursts in tests must not be lost in the kernel
         self.sock.bind((host, port))
         self.sock.settimeout(0.05)
         self.address: tuple[str, int] = self.sock.getsockname()[:2]

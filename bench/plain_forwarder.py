@@ -19,11 +19,11 @@ import sys
 
 import click
 
+from relay.mmsg import set_buffers
+
 DEFAULT_BUFFER_BYTES = (
     4 << 20
 )  # the relay's --socket-buffer default, for a like-for-like kernel side
-SO_RCVBUFFORCE = 33  # Linux; lets root exceed net.core.rmem_max, as the relay's supervisor does
-SO_SNDBUFFORCE = 32
 
 
 class TimeUp(Exception):
@@ -35,15 +35,6 @@ def parse_address(text: str) -> tuple[str, int]:
     if not sep or not host:
         raise click.BadParameter(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
-
-
-def set_buffers(sock: socket.socket, size_bytes: int) -> None:
-    """Socket buffers sized as the relay sizes its own (forced when allowed)."""
-    for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size_bytes)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size_bytes)
 
 
 def forward(sock: socket.socket, dest: tuple[str, int], max_packets: int) -> int:

@@ -31,6 +31,7 @@ from relay.config import ConfigError, RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CounterArea
 from relay.journal import FlowJournal
+from relay.mmsg import set_buffers
 from relay.worker import Worker
 
 log = logging.getLogger("rtcedge.relay")
@@ -104,7 +105,7 @@ def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket
         internal = socket.socket(config.internal_family, socket.SOCK_DGRAM)
         for s in (pub, internal):
             s.setblocking(False)
-            _set_buffers(s, config.socket_buffer_bytes)
+            set_buffers(s, config.socket_buffer_bytes)
             if s.family == socket.AF_INET:
                 # Don't-fragment: WebRTC keeps datagrams far below any MTU (browsers send
                 # <= ~1200 B), and with DF set the kernel skips IP ID generation per packet.
@@ -122,14 +123,6 @@ def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket
             ) from None
         pairs.append((pub, internal))
     return pairs
-
-
-def _set_buffers(sock: socket.socket, size: int) -> None:
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_*BUFFORCE
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size)  # needs CAP_NET_ADMIN
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
 class Supervisor:

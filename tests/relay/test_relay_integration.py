@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from bench.peers import RelayProcess, StandInTransceiver, big_buffers, hint_request
+from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from relay.mmsg import set_buffers
 
 CLIENTS = 200
 TRANSCEIVERS = (0, 1, 2)
@@ -22,7 +23,7 @@ TRANSCEIVERS = (0, 1, 2)
 
 def udp_client() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    big_buffers(s, 1 << 20)
+    set_buffers(s, 1 << 20)
     s.bind(("127.0.0.1", 0))
     s.setblocking(False)
     return s

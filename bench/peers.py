@@ -167,17 +167,7 @@ class RelayProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a metric's samples whose labels include ``labels``."""
-        total = 0.0
-        for line in self.http("/metrics")[1].splitlines():
-            if not line.startswith(name) or line.startswith("#"):
-                continue
-            head, _, value = line.rpartition(" ")
-            sample, _, lab = head.partition("{")
-            if sample != name:
-                continue
-            if all(f'{k}="{v}"' in lab for k, v in labels.items()):
-                total += float(value)
-        return total
+        return metric_value(self.http("/metrics")[1], name, **labels)
 
     def worker_pids(self) -> list[int]:
         assert self.proc is not None
@@ -289,3 +279,112 @@ def udp_drops(port: int) -> int:
 
 def dump(obj: object) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
+
+
+@dataclass
+class TransceiverProcess:
+    """``transceiver serve`` in a child process, behind ``relay`` (a started RelayProcess)."""
+
+    relay: RelayProcess
+    tid: int = 0
+    host: str = "127.0.0.1"
+    extra_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.media_port = free_port(self.host)
+        self.http_port = free_port(self.host, socket.SOCK_STREAM)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def media_address(self) -> tuple[str, int]:
+        return (self.host, self.media_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    def command(self) -> list[str]:
+        relay_host, relay_port = self.relay.address
+        advertise = (
+            f"[{relay_host}]:{relay_port}" if ":" in relay_host else f"{relay_host}:{relay_port}"
+        )
+        return [
+            sys.executable, "-m", "transceiver", "serve",
+            "--id", str(self.tid),
+            "--cluster", str(self.relay.cluster),
+            "--media", f"{self.host}:{self.media_port}",
+            "--advertise", advertise,
+            "--http", f"{self.host}:{self.http_port}",
+            "--log-level", "warning",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 15.0) -> TransceiverProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
+        env["RTCEDGE_KEYRING_JSON"] = self.relay.keyring.to_json()
+        self.proc = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"transceiver exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+            with contextlib.suppress(OSError):
+                if self.http("/readyz")[0] == 200:
+                    return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("transceiver did not become ready")
+
+    def http(self, path: str, method: str = "GET") -> tuple[int, str]:
+        req = urllib.request.Request(f"{self.url}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        return metric_value(self.http("/metrics")[1], name, **labels)
+
+    def udp_socket_count(self) -> int:
+        """UDP sockets this process holds, from /proc (fd inodes matched to /proc/net/udp*)."""
+        assert self.proc is not None
+        inodes = set()
+        for fd in Path(f"/proc/{self.proc.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        udp = set()
+        for name in ("/proc/net/udp", "/proc/net/udp6"):
+            for line in Path(name).read_text().splitlines()[1:]:
+                udp.add(line.split()[9])
+        return len(inodes & udp)
+
+    def stop(self, timeout_s: float = 40.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self) -> TransceiverProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples (Prometheus text) whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        sample, _, lab = head.partition("{")
+        if sample == name and all(f'{k}="{v}"' in lab for k, v in labels.items()):
+            total += float(value)
+    return total

@@ -60,20 +60,22 @@ class AllowlistResolver:
         return dict(self.known)
 
 
-def load_keyring(config: RelayConfig) -> Keyring:
+def load_keyring(path: str | None, inline_json: str | None) -> Keyring:
+    """The keyring from ``--keyring FILE`` or ``--keyring-json``; ConfigError names the option."""
     try:
-        if config.keyring_json:
-            return Keyring.from_json(config.keyring_json)
-        assert config.keyring_path
-        return Keyring.load(config.keyring_path)
+        if inline_json:
+            return Keyring.from_json(inline_json)
+        if not path:
+            raise ValueError("no keyring given")
+        return Keyring.load(path)
     except (OSError, ValueError) as exc:
-        option = "--keyring-json" if config.keyring_json else "--keyring"
+        option = "--keyring-json" if inline_json else "--keyring"
         raise ConfigError(option, f"cannot load keyring: {exc}") from exc
 
 
 def load_routing(config: RelayConfig, resolver: AllowlistResolver) -> RoutingConfig:
     """Everything workers route by; raises ConfigError when a static entry cannot be resolved."""
-    keyring = load_keyring(config)
+    keyring = load_keyring(config.keyring_path, config.keyring_json)
     transceivers = resolver.refresh()
     missing = sorted(set(config.transceivers) - set(transceivers))
     if missing:

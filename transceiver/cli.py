@@ -1,20 +1,182 @@
-"""``transceiver``: command-line entry point of the transceiver service.
-
-The service itself is tracked by the transceiver issue; until it lands, ``serve`` says so and
-exits non-zero instead of pretending to run.
-"""
+"""``transceiver serve``: one process = one transceiver id = one UDP socket."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
+from typing import Any
+
 import click
+from aiohttp import web
+
+from transceiver.config import ConfigError, TransceiverConfig, parse_host_port
+
+EXAMPLES = """
+\b
+Examples:
+  # behind a local relay listening on 127.0.0.1:3478
+  transceiver serve --id 0 --keyring keyring.json --media 127.0.0.1:5000 \\
+      --advertise 127.0.0.1:3478 --http 127.0.0.1:8080
+\b
+  # bridge every call to an external service over WebSocket
+  transceiver serve ... --backend websocket --backend-url ws://inference:8765/call
+\b
+Every option can also be set by the environment variable shown in brackets.
+SIGTERM drains: /readyz turns 503, no new sessions, live ones get --drain-grace seconds.
+"""
+
+
+def _opt(*names: str, env: str, **kw: Any):  # type: ignore[no-untyped-def]
+    return click.option(*names, envvar=f"RTCEDGE_{env}", show_envvar=True, **kw)
 
 
 @click.group()
 def main() -> None:
-    """rtcedge transceiver: owns WebRTC sessions behind the relay."""
+    """rtcedge transceiver: owns the WebRTC sessions behind the relay."""
 
 
-@main.command()
-def serve() -> None:
-    """Not available yet: the transceiver is being built (see the transceiver issue)."""
-    raise click.ClickException("transceiver serve is not implemented yet")
+@main.command(epilog=EXAMPLES)
+@_opt(
+    "--id",
+    "transceiver_id",
+    env="TRANSCEIVER_ID",
+    type=int,
+    required=True,
+    help="This transceiver's id (the relay's allowlist maps it to --media).",
+)
+@_opt("--cluster", env="CLUSTER", type=int, default=0, show_default=True, help="Cluster id.")
+@_opt("--keyring", env="KEYRING", default=None, help="Hint keyring JSON file.")
+@_opt("--keyring-json", env="KEYRING_JSON", default=None, help="Hint keyring JSON, inline.")
+@_opt(
+    "--media",
+    env="MEDIA",
+    default="127.0.0.1:5000",
+    show_default=True,
+    help="HOST:PORT of the one UDP socket for every session.",
+)
+@_opt(
+    "--advertise",
+    env="ADVERTISE",
+    required=True,
+    help="The relay's public HOST:PORT: the only ICE candidate in answers.",
+)
+@_opt(
+    "--http",
+    env="HTTP",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="HOST:PORT for WHIP, /healthz, /readyz, /metrics and the page.",
+)
+@_opt(
+    "--backend",
+    env="BACKEND",
+    default="echo",
+    show_default=True,
+    type=click.Choice(["echo", "websocket"]),
+    help="Where callers' audio and events go.",
+)
+@_opt("--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket.")
+@_opt("--max-sessions", env="MAX_SESSIONS", type=int, default=200, show_default=True)
+@_opt(
+    "--ice-timeout",
+    env="ICE_TIMEOUT",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds from the offer to a connected session.",
+)
+@_opt(
+    "--idle-timeout",
+    env="IDLE_TIMEOUT",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds without audio from the caller before the session ends.",
+)
+@_opt("--max-duration", env="MAX_DURATION", type=float, default=4 * 3600.0, show_default=True)
+@_opt(
+    "--drain-grace",
+    env="DRAIN_GRACE",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds live sessions get after SIGTERM.",
+)
+@_opt("--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'.")
+@_opt("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
+@_opt(
+    "--log-level",
+    env="LOG_LEVEL",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(**opts: Any) -> None:
+    """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
+    logging.basicConfig(
+        level=str(opts["log_level"]).upper(),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
+    )
+    try:
+        config = build_config(opts)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        asyncio.run(run(config))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def build_config(opts: dict[str, Any]) -> TransceiverConfig:
+    return TransceiverConfig(
+        transceiver_id=opts["transceiver_id"],
+        cluster=opts["cluster"],
+        media=parse_host_port("--media", opts["media"]),
+        advertise=parse_host_port("--advertise", opts["advertise"]),
+        http=parse_host_port("--http", opts["http"]),
+        keyring_path=opts["keyring"],
+        keyring_json=opts["keyring_json"],
+        backend=opts["backend"],
+        backend_url=opts["backend_url"],
+        max_sessions=opts["max_sessions"],
+        ice_timeout_s=opts["ice_timeout"],
+        idle_timeout_s=opts["idle_timeout"],
+        max_duration_s=opts["max_duration"],
+        drain_grace_s=opts["drain_grace"],
+        auth_token=opts["auth_token"],
+        cors_origin=opts["cors_origin"],
+    ).validate()
+
+
+async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then drain."""
+    from transceiver.http import make_app
+    from transceiver.server import TransceiverServer
+
+    server = TransceiverServer(config)
+    await server.start()
+    runner = web.AppRunner(make_app(server), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.http[0], config.http[1])
+    try:
+        await site.start()
+    except OSError as exc:
+        await server.close()
+        raise ConfigError("--http", f"cannot listen on {config.http}: {exc.strerror}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    logging.getLogger("rtcedge.transceiver").info(
+        "transceiver %d: media %s, advertising %s, http %s",
+        config.transceiver_id,
+        server.media_address,
+        config.advertise,
+        config.http,
+    )
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    await server.drain()
+    await runner.cleanup()

@@ -1,0 +1,82 @@
+"""The demultiplexer as a plain object: authenticated learning, latching, no cross-delivery."""
+
+from __future__ import annotations
+
+import secrets
+
+from common import stun
+from transceiver.demux import Demux
+
+RELAY_A, RELAY_B = ("10.0.0.1", 4000), ("10.0.0.2", 4000)
+CLIENT, MOVED = ("198.51.100.7", 50000), ("198.51.100.7", 50999)
+
+
+def check(ufrag: str, password: str | None) -> bytes:
+    key = password.encode() if password else None
+    return stun.binding_request(f"{ufrag}:cli", secrets.token_bytes(12), integrity_key=key)
+
+
+def table() -> Demux[str]:
+    d: Demux[str] = Demux()
+    d.add("ufragA", "passwordA-0123456789abcd", "A")
+    d.add("ufragB", "passwordB-0123456789abcd", "B")
+    return d
+
+
+def test_unknown_address_needs_an_authenticated_check():
+    d = table()
+    assert d.route(b"\x80rtp", CLIENT, RELAY_A).reason == "unknown_address"
+    assert d.route(b"\x16dtls", CLIENT, RELAY_A).session is None
+    assert d.route(check("nobody", "x" * 22), CLIENT, RELAY_A).reason == "unknown_ufrag"
+    assert d.route(check("ufragA", "wrong-password-000000000"), CLIENT, RELAY_A).reason == (
+        "bad_integrity"
+    )
+    assert d.route(check("ufragA", None), CLIENT, RELAY_A).reason == "bad_integrity"
+    assert d.path("ufragA") is None, "nothing learned from unauthenticated checks"
+
+
+def test_authenticated_check_learns_the_address_then_media_follows():
+    d = table()
+    route = d.route(check("ufragA", "passwordA-0123456789abcd"), CLIENT, RELAY_A)
+    assert route.session == "A" and route.learned
+    assert d.route(b"\x80rtp", CLIENT, RELAY_A).session == "A"
+    assert d.path("ufragA").client == CLIENT and d.path("ufragA").relay == RELAY_A
+    assert d.path("ufragB") is None
+
+
+def test_a_session_never_receives_another_sessions_packets():
+    d = table()
+    d.route(check("ufragA", "passwordA-0123456789abcd"), CLIENT, RELAY_A)
+    # B's credentials from A's address do not move A's address to B.
+    assert d.route(check("ufragB", "passwordB-0123456789abcd"), CLIENT, RELAY_A).session == "A"
+    other = ("203.0.113.9", 1234)
+    assert d.route(check("ufragB", "passwordB-0123456789abcd"), other, RELAY_A).session == "B"
+    assert d.route(b"\x80x", other, RELAY_A).session == "B"
+    assert d.route(b"\x80x", CLIENT, RELAY_A).session == "A"
+
+
+def test_replies_latch_to_the_newest_authenticated_address_and_relay():
+    d = table()
+    pw = "passwordA-0123456789abcd"
+    d.route(check("ufragA", pw), CLIENT, RELAY_A)
+    d.route(check("ufragA", pw), MOVED, RELAY_A)  # NAT rebinding
+    assert d.path("ufragA").client == MOVED
+    d.route(b"\x80late packet from the old port", CLIENT, RELAY_A)
+    assert d.path("ufragA").client == MOVED, "media alone never moves the path"
+    d.route(check("ufragA", pw), MOVED, RELAY_B)  # the relay in front changed
+    assert d.path("ufragA").relay == RELAY_B
+    d.route(b"\x80x", MOVED, RELAY_A)
+    assert d.path("ufragA").relay == RELAY_B
+    d.forget_address("ufragA", CLIENT)
+    assert d.route(b"\x80x", CLIENT, RELAY_A).session is None
+
+
+def test_remove_forgets_every_address():
+    d = table()
+    pw = "passwordA-0123456789abcd"
+    d.route(check("ufragA", pw), CLIENT, RELAY_A)
+    d.route(check("ufragA", pw), MOVED, None)
+    assert d.addresses == 2
+    d.remove("ufragA")
+    assert len(d) == 1 and d.addresses == 0
+    assert d.route(b"\x80x", CLIENT, RELAY_A).session is None

@@ -1,0 +1,63 @@
+"""Real aiortc clients in other processes -> relay -> one transceiver (echo) and back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.peers import RelayProcess, TransceiverProcess
+
+TONES = [440.0, 660.0, 880.0, 1100.0, 1320.0]
+
+
+@pytest.fixture(scope="module")
+def stack():
+    relay = RelayProcess({}, workers=2)  # the allowlist is filled once the media port is known
+    trx = TransceiverProcess(relay)
+    relay.transceivers = {0: trx.media_address}
+    with relay, trx:
+        yield relay, trx
+
+
+def run_clients(url: str, seconds: float) -> list[dict]:
+    others = ",".join(str(t) for t in TONES)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.webrtc_client", "--url", url, "--hz", str(hz),
+             "--others", others, "--seconds", str(seconds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for hz in TONES
+    ]  # fmt: skip
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=90)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def test_five_clients_hear_their_own_tone_through_one_socket(stack):
+    relay, trx = stack
+    assert trx.udp_socket_count() == 1, "every session shares the one media socket"
+    results = run_clients(trx.url, seconds=2.5)
+    for r in results:
+        assert r["connected"], r["error"]
+        assert r["error"] == "", r["error"]
+        assert r["remote_candidate"] == f"{relay.address[0]}:{relay.address[1]}"
+        assert r["frames_with_own_tone"] >= 0.7 * r["frames_expected"], r
+        assert r["frames_with_other_tone"] == 0, "no cross-talk"
+        kinds = [e["type"] for e in r["events"]]
+        assert "session.started" in kinds
+        assert {"type": "echo", "event": {"type": "hello", "hz": r["hz"]}} in r["events"]
+    assert trx.udp_socket_count() == 1
+    assert trx.metric("rtcedge_transceiver_sessions_started_total") >= 5
+    # DELETE freed everything.
+    assert trx.metric("rtcedge_transceiver_sessions_active") == 0
+    assert trx.metric("rtcedge_transceiver_sessions_ended_total", reason="deleted") >= 5
+    assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="in") > 0

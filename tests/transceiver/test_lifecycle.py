@@ -1,0 +1,53 @@
+"""Session lifecycle: legal transitions only, a reason on every end, deadlines from ``now``."""
+
+from __future__ import annotations
+
+import pytest
+
+from transceiver.lifecycle import Lifecycle, LifecycleError, Limits, State
+
+LIMITS = Limits(ice_timeout_s=10, idle_timeout_s=30, max_duration_s=100)
+
+
+def test_happy_path_records_every_transition():
+    lc = Lifecycle(0.0, LIMITS)
+    lc.start_connecting(0.01)
+    assert lc.ice_connected(0.05) == pytest.approx(0.05)
+    assert lc.ice_connected(0.06) is None, "measured once"
+    assert lc.dtls_connected(0.08) == pytest.approx(0.08)
+    assert lc.close(5.0, "deleted")
+    assert not lc.close(5.1, "idle"), "the first reason wins"
+    lc.closed(5.2)
+    assert [s for s, _, _ in lc.history] == [
+        State.CONNECTING,
+        State.CONNECTED,
+        State.CLOSING,
+        State.CLOSED,
+    ]
+    assert lc.end_reason == "deleted"
+
+
+def test_illegal_transitions_and_reasons_raise():
+    lc = Lifecycle(0.0, LIMITS)
+    with pytest.raises(LifecycleError):
+        lc.closed(1.0)
+    with pytest.raises(LifecycleError):
+        lc.close(1.0, "because")
+    lc.close(1.0, "error")
+    with pytest.raises(LifecycleError):
+        lc.start_connecting(1.0)
+
+
+def test_deadlines():
+    lc = Lifecycle(0.0, LIMITS)
+    lc.start_connecting(0.0)
+    assert lc.due(9.9) is None
+    assert lc.due(10.0) == "ice_timeout"
+    lc.dtls_connected(2.0)
+    assert lc.due(31.9) is None
+    assert lc.due(32.0) == "idle"
+    lc.audio_received(31.0)
+    assert lc.due(60.0) is None
+    assert lc.due(100.0) == "max_duration"
+    lc.close(100.0, "max_duration")
+    assert lc.due(1000.0) is None

@@ -1,0 +1,154 @@
+"""WHIP signaling: the answer, and a precise status for every kind of bad request."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCPeerConnection
+from multidict import CIMultiDict
+
+from bench.webrtc_client import ToneTrack, run_client
+from tests.transceiver.conftest import direct_config, run, running
+
+SDP = {"Content-Type": "application/sdp"}
+
+
+async def make_offer(audio: bool = True, data: bool = True) -> str:
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    if audio:
+        pc.addTrack(ToneTrack(440))
+    if data:
+        pc.createDataChannel("events")
+    await pc.setLocalDescription(await pc.createOffer())
+    sdp = pc.localDescription.sdp
+    await pc.close()
+    return sdp
+
+
+async def post(url: str, body: str | bytes, headers=SDP) -> tuple[int, str, dict]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/whip", data=body, headers=headers) as r,
+    ):
+        return r.status, await r.text(), CIMultiDict(r.headers)
+
+
+def test_answer_has_location_etag_and_only_the_advertised_candidate():
+    async def go():
+        cfg = direct_config()
+        async with running(cfg) as (server, url):
+            status, body, headers = await post(url, await make_offer())
+            assert status == 201, body
+            assert re.fullmatch(r"/whip/[0-9a-f]{32}", headers["Location"]), "128-bit session id"
+            session = server.sessions[headers["Location"].rsplit("/", 1)[1]]
+            assert headers["ETag"] == f'"{session.ufrag}"'
+            assert headers["Content-Type"].startswith("application/sdp")
+            candidates = [x for x in body.splitlines() if x.startswith("a=candidate:")]
+            assert len(set(candidates)) == 1, "one candidate (repeated per bundled m-line)"
+            assert f"127.0.0.1 {cfg.advertise[1]} typ host" in candidates[0]
+            assert f"a=ice-ufrag:{session.ufrag}" in body
+            assert headers["Access-Control-Expose-Headers"].startswith("Location")
+
+    run(go())
+
+
+def test_bad_requests_get_precise_statuses():
+    async def go():
+        cfg = direct_config(max_sdp_bytes=20_000)
+        async with running(cfg) as (server, url):
+            offer = await make_offer()
+            no_audio = await make_offer(audio=False)
+            no_bundle = "\r\n".join(x for x in offer.split("\r\n") if not x.startswith("a=group:"))
+            pcmu_only = re.sub(r"m=audio (\d+) (\S+) [\d ]+", r"m=audio \1 \2 0", offer)
+            pcmu_only = "\r\n".join(
+                x
+                for x in pcmu_only.split("\r\n")
+                if not re.match(r"a=(rtpmap|fmtp|rtcp-fb):(?!0 )", x)
+            )
+            cases = [
+                (offer, {"Content-Type": "text/plain"}, 415, "application/sdp"),
+                ("v=0\r\n" + "a=x\r\n" * 10_000, SDP, 413, "larger than"),
+                ("hello", SDP, 400, "malformed SDP"),
+                (b"v=0\xff\xfe", SDP, 400, "UTF-8"),
+                (no_audio, SDP, 400, "no audio m-line"),
+                (no_bundle, SDP, 400, "BUNDLE"),
+                (pcmu_only, SDP, 400, "opus is required"),
+            ]
+            for body, headers, status, reason in cases:
+                got, text, _ = await post(url, body, headers)
+                assert (got, reason in text) == (status, True), (status, reason, got, text)
+            assert not server.sessions, "no session was created by a bad request"
+            async with aiohttp.ClientSession() as http:
+                async with http.delete(f"{url}/whip/{'0' * 32}") as r:
+                    assert r.status == 404
+                async with http.options(f"{url}/whip") as r:
+                    assert r.status == 204 and r.headers["Accept-Post"] == "application/sdp"
+                    assert r.headers["Access-Control-Allow-Origin"] == "*"
+                status, _, headers = await post(url, offer)
+                async with http.patch(f"{url}{headers['Location']}", data="x") as r:
+                    assert r.status == 405 and "ICE restart" in await r.text()
+
+    run(go())
+
+
+def test_bearer_token_is_required_when_configured():
+    async def go():
+        async with running(direct_config(auth_token="s3cret")) as (_, url):
+            offer = await make_offer()
+            status, _, headers = await post(url, offer)
+            assert status == 401 and headers["WWW-Authenticate"] == "Bearer"
+            status, _, _ = await post(url, offer, {**SDP, "Authorization": "Bearer wrong"})
+            assert status == 401
+            status, _, headers = await post(url, offer, {**SDP, "Authorization": "Bearer s3cret"})
+            assert status == 201
+            async with aiohttp.ClientSession() as http:
+                async with http.delete(f"{url}{headers['Location']}") as r:
+                    assert r.status == 401
+                async with http.delete(
+                    f"{url}{headers['Location']}", headers={"Authorization": "Bearer s3cret"}
+                ) as r:
+                    assert r.status == 200
+
+    run(go())
+
+
+def test_session_limit_and_draining_answer_503_with_retry_after():
+    async def go():
+        async with running(direct_config(max_sessions=1)) as (server, url):
+            assert (await post(url, await make_offer()))[0] == 201
+            status, text, headers = await post(url, await make_offer())
+            assert status == 503 and headers["Retry-After"] and "limit" in text
+            server.draining = True
+            async with aiohttp.ClientSession() as http, http.get(f"{url}/readyz") as r:
+                assert r.status == 503
+            status, text, headers = await post(url, await make_offer())
+            assert status == 503 and "draining" in text and headers["Retry-After"]
+
+    run(go())
+
+
+def test_connect_and_disconnect_200_times_leaves_nothing_behind():
+    async def go():
+        async with running(direct_config()) as (server, url):
+            baseline = len(asyncio.all_tasks())
+
+            async def cycle(i: int) -> None:
+                r = await run_client(url, 440 + i % 7 * 110, seconds=0.0)
+                assert r.connected and not r.error, r.error
+
+            for start in range(0, 200, 20):
+                await asyncio.gather(*(cycle(i) for i in range(start, start + 20)))
+            for _ in range(50):
+                if not server.sessions and len(asyncio.all_tasks()) <= baseline:
+                    break
+                await asyncio.sleep(0.1)
+            assert server.sessions == {}
+            assert len(server.demux) == 0 and server.demux.addresses == 0
+            assert len(asyncio.all_tasks()) <= baseline, "no task left behind"
+            m = server.metrics
+            assert m.sessions_ended.labels("deleted")._value.get() == 200
+            assert m.sessions_active._value.get() == 0
+
+    run(go(), timeout_s=240)

@@ -1,0 +1,433 @@
+"""The ``websocket`` backend: each call bridged to an external service over its own WebSocket.
+
+Binary messages are PCM16 LE mono 48 kHz in whole 20 ms frames, both ways; text messages are
+JSON objects, both ways. The transceiver speaks first (``session.start``) and last
+(``session.end``). Full wire protocol: docs/backend-protocol.md.
+
+Toward the backend nothing ever waits on the network in the caller's path: ``audio_in`` and
+``event_in`` append to a bounded outbox that one sender task drains, so a slow or stalled backend
+costs dropped (counted) frames, never a stalled media loop. A receiver task hands what the
+backend sends straight to the transceiver's sinks, which pace it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from transceiver.backend import (
+    AUDIO_CHANNELS,
+    AUDIO_SAMPLE_RATE,
+    FRAME_BYTES,
+    FRAME_MS,
+    Backend,
+    BackendError,
+    BackendSession,
+    SessionInfo,
+)
+
+__all__ = ["WebSocketBackend", "WebSocketBackendConfig", "WebSocketSession"]
+
+log = logging.getLogger(__name__)
+
+AUDIO_FORMAT = {
+    "encoding": "pcm16le",
+    "sample_rate": AUDIO_SAMPLE_RATE,
+    "channels": AUDIO_CHANNELS,
+    "frame_ms": FRAME_MS,
+}
+
+
+@dataclass(frozen=True)
+class WebSocketBackendConfig:
+    """Everything the websocket backend needs; validated once, at start."""
+
+    url: str  # ws:// or wss://; the session id is added as the query parameter ``session_id``
+    connect_timeout_s: float = 5.0  # TCP + TLS + HTTP upgrade + sending session.start
+    max_queued_frames: int = 50  # caller audio waiting for the socket (50 = 1 s); oldest dropped
+    max_queued_events: int = 256  # caller events waiting for the socket; oldest dropped
+    heartbeat_s: float | None = 15.0  # WebSocket ping interval; a missing pong fails the call
+    close_timeout_s: float = 2.0  # bound on session.end + the closing handshake
+    max_message_bytes: int = 4 * 1024 * 1024  # largest message accepted from the backend
+
+    def __post_init__(self) -> None:
+        try:
+            url = URL(self.url)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"backend url {self.url!r} is not a URL: {exc}") from None
+        if url.scheme not in ("ws", "wss") or not url.host:
+            raise ValueError(f"backend url must be ws://HOST... or wss://HOST..., got {self.url!r}")
+        for name in ("connect_timeout_s", "close_timeout_s", "heartbeat_s"):
+            value = getattr(self, name)
+            if value is None and name == "heartbeat_s":
+                continue
+            if not _is_number(value) or not value > 0 or not math.isfinite(value):
+                raise ValueError(f"backend option {name} must be a number > 0, got {value!r}")
+        for name in ("max_queued_frames", "max_queued_events", "max_message_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"backend option {name} must be an integer >= 1, got {value!r}")
+
+    @classmethod
+    def from_options(cls, url: str, options: dict[str, Any]) -> WebSocketBackendConfig:
+        known = {f.name for f in fields(cls)} - {"url"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) for the websocket backend: {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        return cls(url=url, **options)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class WebSocketSession(BackendSession):
+    """One call over one WebSocket.
+
+    States: ``open`` -> ``failed`` (the socket broke; ``on_failure`` was called) -> ``closing``
+    -> ``closed``, or ``open`` -> ``closing`` -> ``closed``. ``close_reason`` records why.
+
+    Counters (read them for metrics and logs):
+    ``frames_in`` caller frames given to ``audio_in``; ``frames_sent`` of those written to the
+    socket; ``frames_dropped`` of those dropped because the outbox was full (oldest first);
+    ``frames_out`` 20 ms frames received from the backend and passed to ``emit_audio``;
+    ``events_in``/``events_sent``/``events_dropped`` the same for caller events; ``events_out``
+    backend events passed to ``emit_event``; ``protocol_errors`` backend messages dropped as
+    malformed (binary not a whole number of frames, text not a JSON object).
+    """
+
+    def __init__(
+        self,
+        info: SessionInfo,
+        ws: aiohttp.ClientWebSocketResponse,
+        config: WebSocketBackendConfig,
+        emit_audio: Callable[[bytes], None],
+        emit_event: Callable[[dict], None],
+        on_failure: Callable[[str], None],
+        on_closed: Callable[[WebSocketSession], None],
+    ) -> None:
+        self.info = info
+        self.state = "open"
+        self.close_reason: str | None = None
+        self.frames_in = 0
+        self.frames_sent = 0
+        self.frames_dropped = 0
+        self.frames_out = 0
+        self.events_in = 0
+        self.events_sent = 0
+        self.events_dropped = 0
+        self.events_out = 0
+        self.protocol_errors = 0
+        self._ws = ws
+        # aiohttp does not expose the transport of a client WebSocket; its writer holds it. Only
+        # used to reset a connection whose peer stopped reading (see _close).
+        self._transport: asyncio.Transport | None = getattr(
+            getattr(ws, "_writer", None), "transport", None
+        )
+        self._config = config
+        self._emit_audio = emit_audio
+        self._emit_event = emit_event
+        self._on_failure = on_failure
+        self._on_closed = on_closed
+        # One outbox keeps audio and events in the order the caller produced them. Audio items
+        # are bytes, events are already-serialized str.
+        self._outbox: deque[bytes | str] = deque()
+        self._queued_frames = 0
+        self._queued_events = 0
+        self._outbox_ready = asyncio.Event()
+        self._closing: asyncio.Future[None] | None = None
+        tag = info.session_id[:8]
+        self._sender = asyncio.create_task(self._send_loop(), name=f"backend-ws-send-{tag}")
+        self._receiver = asyncio.create_task(self._receive_loop(), name=f"backend-ws-recv-{tag}")
+
+    # -- toward the backend (called by the transceiver; never blocks) --
+
+    def audio_in(self, pcm: bytes) -> None:
+        if len(pcm) != FRAME_BYTES:
+            raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
+        if self.state != "open":
+            return
+        self.frames_in += 1
+        if self._queued_frames >= self._config.max_queued_frames:
+            self._drop_oldest(bytes)
+            self._queued_frames -= 1
+            self.frames_dropped += 1
+        # bytes(x) is x itself for bytes; a caller's reusable buffer gets copied.
+        self._outbox.append(bytes(pcm))
+        self._queued_frames += 1
+        self._outbox_ready.set()
+
+    def event_in(self, event: dict) -> None:
+        if not isinstance(event, dict):
+            raise TypeError(f"event_in takes a dict, got {type(event).__name__}")
+        if self.state != "open":
+            return
+        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        self.events_in += 1
+        if self._queued_events >= self._config.max_queued_events:
+            self._drop_oldest(str)
+            self._queued_events -= 1
+            self.events_dropped += 1
+        self._outbox.append(text)
+        self._queued_events += 1
+        self._outbox_ready.set()
+
+    def _drop_oldest(self, kind: type) -> None:
+        # The oldest item of that kind is almost always at the front: events are rare.
+        for i, item in enumerate(self._outbox):
+            if type(item) is kind:
+                del self._outbox[i]
+                return
+
+    async def _send_loop(self) -> None:
+        ws = self._ws
+        outbox = self._outbox
+        try:
+            while True:
+                if not outbox:
+                    self._outbox_ready.clear()
+                    await self._outbox_ready.wait()
+                    continue
+                item = outbox.popleft()
+                if type(item) is bytes:
+                    self._queued_frames -= 1
+                    await ws.send_bytes(item)
+                    self.frames_sent += 1
+                else:
+                    self._queued_events -= 1
+                    await ws.send_str(item)
+                    self.events_sent += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A write can fail first when the backend closed: name it by what happened.
+            self._fail("backend_closed" if ws.closed else "backend_error", repr(exc))
+
+    # -- toward the caller --
+
+    async def _receive_loop(self) -> None:
+        ws = self._ws
+        try:
+            while True:
+                msg = await ws.receive()
+                kind = msg.type
+                if kind is aiohttp.WSMsgType.BINARY:
+                    self._on_audio(msg.data)
+                elif kind is aiohttp.WSMsgType.TEXT:
+                    self._on_text(msg.data)
+                elif kind is aiohttp.WSMsgType.ERROR:
+                    self._fail("backend_error", f"websocket error: {msg.data!r}")
+                    return
+                elif kind in (
+                    aiohttp.WSMsgType.CLOSE,
+                    aiohttp.WSMsgType.CLOSING,
+                    aiohttp.WSMsgType.CLOSED,
+                ):
+                    self._fail("backend_closed", f"closed by the backend (code {ws.close_code})")
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail("backend_error", repr(exc))
+
+    def _on_audio(self, data: bytes) -> None:
+        size = len(data)
+        if size == 0 or size % FRAME_BYTES:
+            self._protocol_error(f"binary message of {size} bytes is not whole 20 ms frames")
+            return
+        self.frames_out += size // FRAME_BYTES
+        try:
+            self._emit_audio(data)
+        except Exception:
+            log.exception("session %s: emit_audio failed", self.info.session_id)
+
+    def _on_text(self, data: str) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            self._protocol_error(f"text message is not JSON ({len(data)} chars)")
+            return
+        if not isinstance(event, dict):
+            self._protocol_error(f"text message is JSON {type(event).__name__}, not an object")
+            return
+        self.events_out += 1
+        try:
+            self._emit_event(event)
+        except Exception:
+            log.exception("session %s: emit_event failed", self.info.session_id)
+
+    def _protocol_error(self, what: str) -> None:
+        self.protocol_errors += 1
+        # The first one per session is worth a warning; a backend that keeps doing it is not
+        # worth a log line per message.
+        level = logging.WARNING if self.protocol_errors == 1 else logging.DEBUG
+        log.log(
+            level, "session %s: backend protocol error, dropped: %s", self.info.session_id, what
+        )
+
+    def _fail(self, reason: str, detail: str) -> None:
+        """Report the first failure of an open session to the transceiver; stop moving data."""
+        if self.state != "open":
+            return
+        self.state = "failed"
+        self.close_reason = reason
+        log.warning("session %s: %s (%s)", self.info.session_id, reason, detail)
+        current = asyncio.current_task()
+        for task in (self._sender, self._receiver):
+            if task is not current:
+                task.cancel()
+        self._outbox.clear()
+        self._queued_frames = self._queued_events = 0
+        try:
+            self._on_failure(reason)
+        except Exception:
+            log.exception("session %s: on_failure failed", self.info.session_id)
+
+    # -- end of the call --
+
+    async def close(self, reason: str) -> None:
+        # Shielded: a caller cancelled mid-close must not leave the socket or the tasks behind.
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(reason))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, reason: str) -> None:
+        was_open = self.state == "open"
+        if was_open:
+            self.close_reason = reason
+        self.state = "closing"
+        tasks = (self._sender, self._receiver)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # Queued caller audio is dropped: the call is over, nobody would hear an answer to it.
+        self._outbox.clear()
+        self._queued_frames = self._queued_events = 0
+        ws = self._ws
+        transport = self._transport
+        try:
+            async with asyncio.timeout(self._config.close_timeout_s):
+                if was_open and not ws.closed:
+                    end = {"type": "session.end", "reason": reason}
+                    await ws.send_str(json.dumps(end, separators=(",", ":")))
+                await ws.close()
+                while transport is not None and transport.get_write_buffer_size():
+                    await asyncio.sleep(0.01)
+        except Exception as exc:  # includes TimeoutError
+            log.debug("session %s: unclean close: %r", self.info.session_id, exc)
+        finally:
+            # A backend that stopped reading leaves unsent bytes in the transport, and asyncio
+            # keeps a closed transport's socket open until they are written: that could be
+            # forever. Past the close budget, reset the connection instead.
+            if transport is not None and transport.get_write_buffer_size():
+                transport.abort()
+            self.state = "closed"
+            self._on_closed(self)
+            log.info(
+                "session %s: backend closed (%s): frames in %d sent %d dropped %d out %d, "
+                "protocol errors %d",
+                self.info.session_id,
+                self.close_reason,
+                self.frames_in,
+                self.frames_sent,
+                self.frames_dropped,
+                self.frames_out,
+                self.protocol_errors,
+            )
+
+
+class WebSocketBackend(Backend):
+    """Opens one WebSocket per call; the HTTP client (and its connection pool) is shared."""
+
+    name = "websocket"
+
+    def __init__(self, config: WebSocketBackendConfig) -> None:
+        self.config = config
+        self._http: aiohttp.ClientSession | None = None
+        self._sessions: set[WebSocketSession] = set()
+        self._closed = False
+
+    async def open_session(
+        self,
+        info: SessionInfo,
+        emit_audio: Callable[[bytes], None],
+        emit_event: Callable[[dict], None],
+        on_failure: Callable[[str], None],
+    ) -> WebSocketSession:
+        if self._closed:
+            raise BackendError("the websocket backend is closed")
+        if self._http is None:
+            # limit=0: every call holds one connection for its whole life; aiohttp's default
+            # pool limit (100) would make call 101 wait for a free slot until its timeout.
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        cfg = self.config
+        url = URL(cfg.url).update_query(session_id=info.session_id)
+        start = {
+            "type": "session.start",
+            "session_id": info.session_id,
+            "transceiver_id": info.transceiver_id,
+            "remote": info.remote,
+            "metadata": dict(info.metadata),
+            "audio": AUDIO_FORMAT,
+        }
+        ws: aiohttp.ClientWebSocketResponse | None = None
+        try:
+            async with asyncio.timeout(cfg.connect_timeout_s):
+                ws = await self._http.ws_connect(
+                    url,
+                    autoping=True,
+                    heartbeat=cfg.heartbeat_s,
+                    max_msg_size=cfg.max_message_bytes,
+                )
+                await ws.send_str(json.dumps(start, separators=(",", ":"), ensure_ascii=False))
+        except BaseException as exc:
+            if ws is not None:
+                await _abort(ws)
+            if isinstance(exc, TimeoutError):
+                raise BackendError(
+                    f"backend {cfg.url} did not accept the call within {cfg.connect_timeout_s} s"
+                ) from None
+            if isinstance(exc, aiohttp.WSServerHandshakeError):
+                raise BackendError(
+                    f"backend {cfg.url} refused the WebSocket upgrade: HTTP {exc.status}"
+                ) from exc
+            if isinstance(exc, aiohttp.ClientError | OSError):
+                raise BackendError(f"cannot reach backend {cfg.url}: {exc}") from exc
+            raise
+        session = WebSocketSession(
+            info, ws, cfg, emit_audio, emit_event, on_failure, self._sessions.discard
+        )
+        self._sessions.add(session)
+        return session
+
+    async def close(self) -> None:
+        self._closed = True
+        sessions = list(self._sessions)
+        await asyncio.gather(*(s.close("shutdown") for s in sessions), return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+
+async def _abort(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Close a socket that never became a session, without letting that fail or hang."""
+    try:
+        async with asyncio.timeout(1.0):
+            await ws.close()
+    except Exception:
+        pass

@@ -1,0 +1,124 @@
+"""Which session a datagram on the shared media socket belongs to, and where replies go.
+
+Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named here:
+
+1. by client address (IP, port) — every packet after a session's first successful check;
+2. else, only for a STUN Binding request: by the server ufrag in its USERNAME, and only if its
+   MESSAGE-INTEGRITY verifies with that session's password (so an address is learned only from a
+   peer that proved it knows the session's credentials);
+3. else: dropped, with a reason.
+
+A session may be reached at several client addresses over its life (NAT rebinding, a new relay);
+replies always go to the newest address that passed a check ("latching"), through the relay it
+was last heard through, or directly when the client talks to the socket without a relay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from common import stun
+
+Addr = tuple[str, int]
+S = TypeVar("S")
+
+
+@dataclass
+class Path:
+    """Where a client is reached: its address, and the relay in front of it (None = direct)."""
+
+    client: Addr
+    relay: Addr | None
+
+
+@dataclass
+class Route(Generic[S]):
+    session: S | None
+    reason: str = ""  # why it was dropped, when session is None
+    learned: bool = False  # this packet authenticated a new client address for the session
+
+
+@dataclass
+class _Entry(Generic[S]):
+    session: S
+    password: bytes
+    addresses: set[Addr] = field(default_factory=set)
+    path: Path | None = None
+
+
+class Demux(Generic[S]):
+    """Sessions keyed by their server ufrag; client addresses learned from authenticated checks."""
+
+    def __init__(self) -> None:
+        self._by_ufrag: dict[str, _Entry[S]] = {}
+        self._by_addr: dict[Addr, _Entry[S]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_ufrag)
+
+    def __contains__(self, ufrag: str) -> bool:
+        return ufrag in self._by_ufrag
+
+    @property
+    def addresses(self) -> int:
+        return len(self._by_addr)
+
+    def add(self, ufrag: str, password: str, session: S) -> None:
+        if ufrag in self._by_ufrag:
+            raise ValueError("ufrag already in use")
+        self._by_ufrag[ufrag] = _Entry(session, password.encode())
+
+    def remove(self, ufrag: str) -> None:
+        entry = self._by_ufrag.pop(ufrag, None)
+        if entry is not None:
+            for addr in entry.addresses:
+                if self._by_addr.get(addr) is entry:
+                    del self._by_addr[addr]
+
+    def route(self, data: bytes, client: Addr, relay: Addr | None) -> Route[S]:
+        """Decide the session of one datagram from ``client`` (arrived through ``relay``)."""
+        entry = self._by_addr.get(client)
+        if entry is not None:
+            # A known address on a path other than the latched one (an older address, or the same
+            # one through another relay): only an authenticated check may move the path.
+            path = entry.path
+            moved = path is None or path.client != client or path.relay != relay
+            if moved and data[:1] and data[0] < 4 and self._authenticated(data, entry):
+                entry.path = Path(client, relay)
+            return Route(entry.session)
+        if not data or data[0] > 3:
+            return Route(None, "unknown_address")
+        try:
+            ufrag = stun.server_ufrag(stun.binding_request_username(data))
+        except stun.StunError:
+            return Route(None, "not_a_check")
+        entry = self._by_ufrag.get(ufrag)
+        if entry is None:
+            return Route(None, "unknown_ufrag")
+        if not self._authenticated(data, entry):
+            return Route(None, "bad_integrity")
+        entry.addresses.add(client)
+        self._by_addr[client] = entry
+        entry.path = Path(client, relay)
+        return Route(entry.session, learned=True)
+
+    @staticmethod
+    def _authenticated(data: bytes, entry: _Entry[S]) -> bool:
+        try:
+            return stun.check_integrity(data, entry.password)
+        except stun.StunError:
+            return False
+
+    def path(self, ufrag: str) -> Path | None:
+        """The newest authenticated way to the session's client, or None before the first."""
+        entry = self._by_ufrag.get(ufrag)
+        return entry.path if entry else None
+
+    def forget_address(self, ufrag: str, client: Addr) -> None:
+        """Drop a stale client address of a session (after it moved)."""
+        entry = self._by_ufrag.get(ufrag)
+        if entry is not None and client in entry.addresses:
+            entry.addresses.discard(client)
+            if self._by_addr.get(client) is entry:
+                del self._by_addr[client]

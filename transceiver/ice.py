@@ -1,0 +1,158 @@
+"""ICE for one session over the process's shared UDP socket (DESIGN.md, "Transceiver").
+
+aiortc gives every peer connection an ``aioice.Connection`` that binds its own sockets. Instead,
+each session gets a ``SharedSocketConnection``:
+
+- its only local candidate is a host candidate at the relay's public address (the address every
+  client must send to), backed by a virtual datagram transport that writes through the shared
+  socket; aioice's own ``StunProtocol`` still parses, answers and retransmits STUN;
+- its ufrag is the session's signed routing hint and its password is random;
+- it is the controlled agent (full ICE: aioice cannot do ice-lite) and ignores every candidate the
+  client offers: the client is learned as peer-reflexive from its first authenticated check
+  through the relay, so nothing is ever sent toward an address the client merely claimed.
+
+``install`` swaps it into a peer connection after ``setRemoteDescription`` and before the answer
+is created, which is when aiortc gathers candidates. This touches a few private attributes of
+aiortc and aioice; ``check_versions`` refuses versions these were not verified with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import aioice
+import aiortc
+from aioice.candidate import Candidate, candidate_foundation, candidate_priority
+from aioice.ice import StunProtocol
+
+Addr = tuple[str, int]
+
+# Versions whose private attributes ``install`` and ``SharedSocketConnection`` rely on.
+VERIFIED_AIORTC = ((1, 9), (1, 16))
+VERIFIED_AIOICE = ((0, 9), (0, 13))
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def check_versions() -> None:
+    """Fail at start, with a clear message, on an aiortc/aioice this module was not built for."""
+    for name, module, (low, high) in (
+        ("aiortc", aiortc, VERIFIED_AIORTC),
+        ("aioice", aioice, VERIFIED_AIOICE),
+    ):
+        version = _version(module.__version__)
+        if not low <= version <= high:
+            raise RuntimeError(
+                f"{name} {module.__version__} is outside the verified range "
+                f"{'.'.join(map(str, low))}..{'.'.join(map(str, high))}"
+            )
+
+
+class VirtualTransport(asyncio.DatagramTransport):
+    """What aioice's StunProtocol sees as its socket: writes go through the shared socket."""
+
+    def __init__(self, send: Callable[[bytes], None], local: Addr) -> None:
+        super().__init__()
+        self._send = send
+        self._local = local
+        self._protocol: asyncio.DatagramProtocol | None = None
+        self._closing = False
+
+    def sendto(self, data: Any, addr: Any = None) -> None:
+        # The destination is the session's latched path (see transceiver.demux), not ``addr``:
+        # aioice only ever addresses the peer-reflexive address it learned from that path.
+        if not self._closing:
+            self._send(bytes(data))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._local if name == "sockname" else default
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            if self._protocol is not None:
+                asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+
+class SharedSocketConnection(aioice.Connection):
+    """An aioice Connection whose one candidate is the relay's address on the shared socket."""
+
+    def __init__(self, ufrag: str, password: str, advertised: Addr, send: Callable[[bytes], None]):
+        super().__init__(ice_controlling=False, local_username=ufrag, local_password=password)
+        self._advertised = advertised
+        self._send_datagram = send
+        self.protocol: StunProtocol | None = None
+
+    async def gather_candidates(self) -> None:
+        # No interface enumeration, no STUN/TURN servers: the only candidate is the relay's.
+        if not self._local_candidates_start:
+            self._local_candidates_start = True
+            self._local_candidates += await self.get_component_candidates(1, [])
+            self._local_candidates_end = True
+
+    async def get_component_candidates(
+        self, component: int, addresses: list[str], timeout: int = 5
+    ) -> list[Candidate]:
+        protocol = StunProtocol(self)
+        transport = VirtualTransport(self._send_datagram, self._advertised)
+        transport._protocol = protocol
+        protocol.connection_made(transport)
+        host, port = self._advertised
+        protocol.local_candidate = Candidate(
+            foundation=candidate_foundation("host", "udp", host),
+            component=component,
+            transport="udp",
+            priority=candidate_priority(component, "host"),
+            host=host,
+            port=port,
+            type="host",
+        )
+        self._protocols.append(protocol)
+        self.protocol = protocol
+        return [protocol.local_candidate]
+
+    async def add_remote_candidate(self, remote_candidate: Candidate | None) -> None:
+        """Ignore the client's candidates, end-of-candidates included.
+
+        Without end-of-candidates aioice keeps waiting for the client's checks instead of failing
+        on an empty check list; the session's own deadline bounds that wait.
+        """
+
+    def datagram_received(self, data: bytes, addr: Addr) -> None:
+        """Feed one datagram of this session (already demultiplexed and, if STUN, parsed)."""
+        if data[0] < 4:
+            if self.protocol is not None:
+                self.protocol.datagram_received(data, addr)
+        else:
+            self.data_received(data, 1)
+
+
+def install(pc: aiortc.RTCPeerConnection, connection: SharedSocketConnection) -> None:
+    """Make ``connection`` the ICE agent of ``pc``'s single (BUNDLE) transport.
+
+    Call after ``setRemoteDescription(offer)`` and before ``createAnswer``. Raises ValueError when
+    the offer did not leave exactly one ICE transport (no BUNDLE).
+    """
+    transports = {t.receiver.transport.transport for t in pc.getTransceivers()}
+    if pc.sctp is not None:
+        transports.add(pc.sctp.transport.transport)
+    if len(transports) != 1:
+        raise ValueError("the offer must BUNDLE all media on one transport")
+    ice = transports.pop()
+    if ice.iceGatherer.state != "new":
+        raise RuntimeError("install() must run before candidates are gathered")
+    ice.iceGatherer._connection = connection
+    ice._connection = connection
+    ice._recv = connection.recv
+    ice._send = connection.send

@@ -1,0 +1,123 @@
+"""A session's lifecycle as an explicit state machine (in the manner of h11).
+
+Sans-I/O: every transition is a method call with ``now`` passed in and a reason recorded; an
+impossible transition raises ``LifecycleError``. ``due(now)`` says which deadline, if any, has
+passed, so the I/O side only has to call it periodically.
+
+    new -> connecting -> connected -> closing -> closed
+      \\________________\\______________/
+              (any state may go to closing; closing goes to closed)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class State(enum.Enum):
+    NEW = "new"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+ALLOWED = {
+    State.NEW: {State.CONNECTING, State.CLOSING},
+    State.CONNECTING: {State.CONNECTED, State.CLOSING},
+    State.CONNECTED: {State.CLOSING},
+    State.CLOSING: {State.CLOSED},
+    State.CLOSED: set(),
+}
+
+END_REASONS = (
+    "deleted",  # DELETE from the client
+    "ice_timeout",  # ICE did not connect within the deadline
+    "ice_failed",  # ICE failed or consent was lost (RFC 7675)
+    "dtls_failed",
+    "idle",  # no audio from the caller for the idle timeout
+    "max_duration",
+    "backend_error",
+    "shutdown",  # the transceiver stopped (drain grace over)
+    "error",  # an unexpected exception while setting up or running
+)
+
+
+class LifecycleError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Limits:
+    ice_timeout_s: float
+    idle_timeout_s: float
+    max_duration_s: float
+
+
+@dataclass
+class Lifecycle:
+    created_at: float
+    limits: Limits
+    state: State = State.NEW
+    end_reason: str | None = None
+    ice_connected_at: float | None = None
+    dtls_connected_at: float | None = None
+    last_audio_at: float | None = None
+    history: list[tuple[State, float, str]] = field(default_factory=list)
+
+    def _to(self, state: State, now: float, reason: str) -> None:
+        if state not in ALLOWED[self.state]:
+            raise LifecycleError(f"{self.state.value} -> {state.value} ({reason})")
+        self.state = state
+        self.history.append((state, now, reason))
+
+    def start_connecting(self, now: float) -> None:
+        self._to(State.CONNECTING, now, "answer sent")
+
+    def ice_connected(self, now: float) -> float | None:
+        """Record ICE connected; returns seconds since the offer the first time."""
+        if self.ice_connected_at is None and self.state is State.CONNECTING:
+            self.ice_connected_at = now
+            return now - self.created_at
+        return None
+
+    def dtls_connected(self, now: float) -> float | None:
+        """DTLS up: the session is connected; returns seconds since the offer the first time."""
+        if self.state is not State.CONNECTING:
+            return None
+        self.dtls_connected_at = now
+        self.last_audio_at = now
+        self._to(State.CONNECTED, now, "dtls connected")
+        return now - self.created_at
+
+    def audio_received(self, now: float) -> None:
+        self.last_audio_at = now
+
+    def close(self, now: float, reason: str) -> bool:
+        """Begin closing; False (and nothing changes) if already closing or closed."""
+        if reason not in END_REASONS:
+            raise LifecycleError(f"unknown end reason {reason!r}")
+        if self.state in (State.CLOSING, State.CLOSED):
+            return False
+        self.end_reason = reason
+        self._to(State.CLOSING, now, reason)
+        return True
+
+    def closed(self, now: float) -> None:
+        self._to(State.CLOSED, now, self.end_reason or "error")
+
+    def due(self, now: float) -> str | None:
+        """The end reason of a deadline that has passed, if any."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return None
+        if now - self.created_at >= self.limits.max_duration_s:
+            return "max_duration"
+        if self.state is not State.CONNECTED:
+            if now - self.created_at >= self.limits.ice_timeout_s:
+                return "ice_timeout"
+            return None
+        assert self.last_audio_at is not None
+        if now - self.last_audio_at >= self.limits.idle_timeout_s:
+            return "idle"
+        return None

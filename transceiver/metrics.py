@@ -1,0 +1,65 @@
+"""The transceiver's Prometheus metrics, in a registry of their own (one per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+
+
+class TransceiverMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.sessions_active = Gauge(
+            "rtcedge_transceiver_sessions_active", "Sessions not yet ended.", registry=r
+        )
+        self.sessions_started = Counter(
+            "rtcedge_transceiver_sessions_started",
+            "Sessions created by an accepted offer.",
+            registry=r,
+        )
+        self.sessions_ended = Counter(
+            "rtcedge_transceiver_sessions_ended",
+            "Sessions ended, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.ice_connected = Histogram(
+            "rtcedge_transceiver_ice_connected_seconds",
+            "Time from the offer to ICE connected.",
+            buckets=CONNECT_BUCKETS,
+            registry=r,
+        )
+        self.dtls_connected = Histogram(
+            "rtcedge_transceiver_dtls_connected_seconds",
+            "Time from the offer to DTLS connected (media can flow).",
+            buckets=CONNECT_BUCKETS,
+            registry=r,
+        )
+        self.audio_frames = Counter(
+            "rtcedge_transceiver_audio_frames",
+            "20 ms audio frames, from callers (in) and toward them (out).",
+            ["direction"],
+            registry=r,
+        )
+        self.backend_errors = Counter(
+            "rtcedge_transceiver_backend_errors", "Backend failures.", registry=r
+        )
+        self.datagrams = Counter(
+            "rtcedge_transceiver_datagrams",
+            "Datagrams on the media socket.",
+            ["direction"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "rtcedge_transceiver_dropped_datagrams",
+            "Datagrams dropped by the demultiplexer, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.whip_requests = Counter(
+            "rtcedge_transceiver_whip_requests",
+            "WHIP requests, by method and status.",
+            ["method", "status"],
+            registry=r,
+        )

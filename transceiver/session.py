@@ -1,0 +1,220 @@
+"""One WebRTC session: an aiortc peer connection on the shared socket, bridged to a backend.
+
+The I/O half of a session; its states and deadlines live in ``transceiver.lifecycle``. Every
+way a session ends goes through ``end(reason)``, which releases the peer connection, the
+backend session, the tasks and the demultiplexer entry exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtcconfiguration import RTCBundlePolicy
+
+from transceiver.audio import BackendAudioTrack, InboundConverter
+from transceiver.backend import BackendSession, SessionInfo
+from transceiver.ice import SharedSocketConnection, install
+from transceiver.lifecycle import Lifecycle, Limits, State
+
+if TYPE_CHECKING:
+    from transceiver.server import TransceiverServer
+
+log = logging.getLogger("rtcedge.transceiver")
+
+EVENTS_CHANNEL = "events"
+MAX_PENDING_EVENTS = 32
+MAX_EVENT_BYTES = 16 * 1024
+
+
+class Session:
+    def __init__(
+        self, server: TransceiverServer, session_id: str, ufrag: str, password: str, now: float
+    ) -> None:
+        cfg = server.config
+        self.server = server
+        self.id = session_id
+        self.ufrag = ufrag
+        self.lifecycle = Lifecycle(
+            now, Limits(cfg.ice_timeout_s, cfg.idle_timeout_s, cfg.max_duration_s)
+        )
+        self.pc = RTCPeerConnection(
+            RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
+        )
+        self.ice = SharedSocketConnection(
+            ufrag, password, cfg.advertise, send=lambda data: server.media.send(ufrag, data)
+        )
+        self.out_track = BackendAudioTrack()
+        self.backend: BackendSession | None = None
+        self.channel: Any = None
+        self._pending_events: list[str] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connect_task: asyncio.Task[Any] | None = None
+        self.closed = asyncio.Event()
+        self.frames_in = 0
+
+    # -- set-up -------------------------------------------------------------------------------
+    async def answer(self, offer_sdp: str, remote: str, metadata: dict[str, str]) -> str:
+        """Apply the offer, open the backend, and return the SDP answer."""
+        pc = self.pc
+        pc.on("track", self._on_track)
+        pc.on("datachannel", self._on_datachannel)
+        pc.on("iceconnectionstatechange", self._on_ice_state)
+        pc.on("connectionstatechange", self._on_connection_state)
+        await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        install(pc, self.ice)
+        pc.addTrack(self.out_track)
+        info = SessionInfo(self.id, self.server.config.transceiver_id, remote, metadata)
+        self.backend = await self.server.backend.open_session(
+            info, self.out_track.push, self._emit_event, self._on_backend_failure
+        )
+        answer = await pc.createAnswer()
+        await pc.setLocalDescription(answer)
+        self._connect_task = _connect_task_of(pc)
+        self.lifecycle.start_connecting(time.monotonic())
+        return pc.localDescription.sdp
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- events from aiortc -------------------------------------------------------------------
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._spawn(self._read_audio(track))
+
+    async def _read_audio(self, track: MediaStreamTrack) -> None:
+        converter = InboundConverter()
+        frames = self.server.metrics.audio_frames.labels("in")
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            now = time.monotonic()
+            for pcm in converter.convert(frame):
+                self.frames_in += 1
+                frames.inc()
+                self.lifecycle.audio_received(now)
+                if self.backend is not None:
+                    self.backend.audio_in(pcm)
+
+    def _on_datachannel(self, channel: Any) -> None:
+        if channel.label != EVENTS_CHANNEL:
+            return
+        self.channel = channel
+        channel.on("message", self._on_event_message)
+        channel.on("open", self._flush_events)
+        if channel.readyState == "open":
+            self._flush_events()
+
+    def _on_event_message(self, message: Any) -> None:
+        if self.backend is None:
+            return
+        if isinstance(message, bytes) or len(message) > MAX_EVENT_BYTES:
+            self._emit_event({"type": "error", "error": "events must be JSON text <= 16 KiB"})
+            return
+        try:
+            event = json.loads(message)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            self._emit_event({"type": "error", "error": "events must be JSON objects"})
+            return
+        self.backend.event_in(event)
+
+    def _emit_event(self, event: dict[str, Any]) -> None:
+        text = json.dumps(event)
+        if self.channel is not None and self.channel.readyState == "open":
+            self.channel.send(text)
+        elif len(self._pending_events) < MAX_PENDING_EVENTS:
+            self._pending_events.append(text)
+
+    def _flush_events(self) -> None:
+        pending, self._pending_events = self._pending_events, []
+        for text in pending:
+            self.channel.send(text)
+
+    def _on_backend_failure(self, reason: str) -> None:
+        self.server.metrics.backend_errors.inc()
+        self.end("backend_error")
+
+    def _on_ice_state(self) -> None:
+        state = self.pc.iceConnectionState
+        if state in ("checking", "new"):
+            return
+        if state in ("connected", "completed"):
+            took = self.lifecycle.ice_connected(time.monotonic())
+            if took is not None:
+                self.server.metrics.ice_connected.observe(took)
+        elif state in ("failed", "closed"):
+            self.end("ice_failed")
+
+    def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        if state == "connected":
+            took = self.lifecycle.dtls_connected(time.monotonic())
+            if took is not None:
+                self.server.metrics.dtls_connected.observe(took)
+        elif state == "failed":
+            self.end("dtls_failed")
+
+    # -- ending ----------------------------------------------------------------------------------
+    def end(self, reason: str) -> None:
+        """Start ending the session (idempotent); teardown runs in a task."""
+        if self.lifecycle.close(time.monotonic(), reason):
+            log.info("session %s ending: %s", self.id, reason)
+            asyncio.get_running_loop().create_task(self._teardown(reason))
+
+    async def _teardown(self, reason: str) -> None:
+        try:
+            if self.backend is not None:
+                await _quietly(self.backend.close(reason))
+            self.out_track.stop()
+            await _quietly(self.pc.close())
+            # aiortc's connect task may still be starting RTP senders and receivers if the session
+            # ended while it ran: let it finish, then stop whatever it started after close().
+            if self._connect_task is not None:
+                await _quietly(asyncio.shield(self._connect_task))
+                for transceiver in self.pc.getTransceivers():
+                    await _quietly(transceiver.sender.stop())
+                    await _quietly(transceiver.receiver.stop())
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=2)
+        finally:
+            self.lifecycle.closed(time.monotonic())
+            self.server.forget(self, reason)
+            self.closed.set()
+
+    @property
+    def state(self) -> State:
+        return self.lifecycle.state
+
+
+def _connect_task_of(pc: RTCPeerConnection) -> asyncio.Task[Any] | None:
+    """The task aiortc just started to connect ``pc`` (it does not keep a handle on it)."""
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        if (
+            getattr(coro, "__qualname__", "") == "RTCPeerConnection.__connect"
+            and frame is not None
+            and frame.f_locals.get("self") is pc
+        ):
+            return task
+    return None
+
+
+async def _quietly(aw: Any) -> None:
+    try:
+        await asyncio.wait_for(aw, timeout=5)
+    except (TimeoutError, Exception) as exc:  # teardown must finish whatever happens
+        log.debug("teardown step failed: %r", exc)

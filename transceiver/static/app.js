@@ -1,0 +1,359 @@
+// rtcedge demo page: one WHIP session with a sendrecv audio transceiver and an "events" data
+// channel. No framework, no build step. The server answers with a single host candidate (the
+// relay's public address) and ignores ours, so the offer is sent at once, without trickle.
+// window.rtcedge is the hook the browser test (tests/transceiver/browser_harness.py) reads.
+"use strict";
+
+(() => {
+  const WHIP_URL = "/whip"; // relative to this page's origin: works from any host
+  const TICK_MS = 1000; // stats refresh and ping period
+  const MAX_MESSAGES = 50; // kept for stats(); the page shows the newest few
+  const SHOWN_MESSAGES = 8;
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    talk: $("talk"),
+    hangup: $("hangup"),
+    pill: $("pill"),
+    error: $("error"),
+    pcState: $("pc-state"),
+    iceState: $("ice-state"),
+    rtt: $("rtt"),
+    remoteAddr: $("remote-addr"),
+    sent: $("sent"),
+    received: $("received"),
+    micLevel: $("mic-level"),
+    echoLevel: $("echo-level"),
+    dcState: $("dc-state"),
+    messages: $("messages"),
+    audio: $("remote-audio"),
+  };
+
+  // The one session of this page; null when idle.
+  let session = null;
+  // Kept after hang-up so the test (and the reader) see how the last call ended.
+  let last = { connectionState: "new", iceConnectionState: "new" };
+  let error = null;
+  let messages = [];
+  let dcRoundTripMs = null;
+  let hangupStatus = null; // HTTP status of the last hang-up's DELETE
+
+  function showError(text) {
+    error = text;
+    ui.error.textContent = text;
+    ui.error.hidden = !text;
+  }
+
+  function setPill(state) {
+    ui.pill.textContent = state;
+    ui.pill.dataset.state = state;
+  }
+
+  function renderStates() {
+    const pc = session && session.pc;
+    const conn = pc ? pc.connectionState : last.connectionState;
+    const ice = pc ? pc.iceConnectionState : last.iceConnectionState;
+    ui.pcState.textContent = conn;
+    ui.iceState.textContent = ice;
+    setPill(session ? (session.connecting && conn === "new" ? "connecting" : conn) : "idle");
+    ui.talk.disabled = !!session;
+    ui.talk.textContent = !session ? "Talk" : conn === "connected" ? "Connected" : "Connecting…";
+    ui.hangup.disabled = !session;
+    const dc = session && session.dc;
+    ui.dcState.textContent = dc ? dc.readyState : "closed";
+  }
+
+  function renderMessages() {
+    ui.messages.replaceChildren();
+    const newest = messages.slice(-SHOWN_MESSAGES).reverse();
+    if (newest.length === 0) {
+      const li = document.createElement("li");
+      li.className = "muted empty";
+      li.textContent = "Messages from the server appear here.";
+      ui.messages.append(li);
+      return;
+    }
+    for (const m of newest) {
+      const li = document.createElement("li");
+      const time = document.createElement("time");
+      time.textContent = new Date(m.at).toLocaleTimeString();
+      const type = document.createElement("span");
+      type.className = "type";
+      type.textContent = (m.data && m.data.type) || "text";
+      const body = document.createElement("code");
+      body.textContent = typeof m.data === "string" ? m.data : JSON.stringify(m.data);
+      li.append(time, type, body);
+      ui.messages.append(li);
+    }
+  }
+
+  function onMessage(event) {
+    let data = event.data;
+    try {
+      data = JSON.parse(event.data);
+    } catch (_) {
+      // not JSON: keep the text as it came
+    }
+    messages.push({ at: Date.now(), data });
+    if (messages.length > MAX_MESSAGES) messages = messages.slice(-MAX_MESSAGES);
+    if (data && data.type === "echo" && data.event && data.event.type === "ping") {
+      dcRoundTripMs = Date.now() - data.event.t;
+    }
+    renderMessages();
+  }
+
+  // Reads the RTCStatsReport into the shape window.rtcedge.stats() promises.
+  async function collectStats() {
+    const out = {
+      selectedRemote: null,
+      roundTripTimeS: null,
+      inbound: { packetsReceived: 0, bytesReceived: 0, totalAudioEnergy: 0, audioLevel: 0 },
+      outbound: { packetsSent: 0, bytesSent: 0 },
+      micLevel: 0,
+      messages: messages.map((m) => m.data),
+      dataChannelRoundTripMs: dcRoundTripMs,
+      timings: session ? { ...session.timings } : last.timings || {},
+    };
+    const pc = session && session.pc;
+    if (!pc) return out;
+    const report = await pc.getStats();
+    let pair = null;
+    report.forEach((s) => {
+      if (s.type === "transport" && s.selectedCandidatePairId) {
+        pair = report.get(s.selectedCandidatePairId) || pair;
+      }
+    });
+    if (!pair) {
+      // Browsers without transport.selectedCandidatePairId: the nominated, succeeded pair.
+      report.forEach((s) => {
+        if (s.type === "candidate-pair" && (s.selected || (s.nominated && s.state === "succeeded"))) {
+          pair = s;
+        }
+      });
+    }
+    if (pair) {
+      out.roundTripTimeS = pair.currentRoundTripTime ?? null;
+      const remote = report.get(pair.remoteCandidateId);
+      if (remote) {
+        out.selectedRemote = {
+          address: remote.address ?? remote.ip,
+          port: remote.port,
+          candidateType: remote.candidateType,
+          protocol: remote.protocol,
+        };
+      }
+    }
+    report.forEach((s) => {
+      if (s.type === "inbound-rtp" && s.kind === "audio") {
+        out.inbound = {
+          packetsReceived: s.packetsReceived || 0,
+          bytesReceived: s.bytesReceived || 0,
+          totalAudioEnergy: s.totalAudioEnergy || 0,
+          audioLevel: s.audioLevel || 0,
+        };
+      } else if (s.type === "outbound-rtp" && s.kind === "audio") {
+        out.outbound = { packetsSent: s.packetsSent || 0, bytesSent: s.bytesSent || 0 };
+      } else if (s.type === "media-source" && s.kind === "audio") {
+        out.micLevel = s.audioLevel || 0;
+      }
+    });
+    return out;
+  }
+
+  function formatBytes(n) {
+    if (n < 1024) return `${n} B`;
+    if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+    return `${(n / 1024 / 1024).toFixed(2)} MiB`;
+  }
+
+  async function tick() {
+    const s = session;
+    if (!s) return;
+    if (s.dc && s.dc.readyState === "open") {
+      s.dc.send(JSON.stringify({ type: "ping", t: Date.now() }));
+    }
+    let st;
+    try {
+      st = await collectStats();
+    } catch (e) {
+      return; // the session closed while we were reading
+    }
+    if (session !== s) return;
+    const rtt = [];
+    if (st.roundTripTimeS != null) rtt.push(`ICE ${(st.roundTripTimeS * 1000).toFixed(1)} ms`);
+    if (dcRoundTripMs != null) rtt.push(`events ${dcRoundTripMs} ms`);
+    ui.rtt.textContent = rtt.join(" · ") || "-";
+    ui.remoteAddr.textContent = st.selectedRemote
+      ? `${st.selectedRemote.address}:${st.selectedRemote.port}`
+      : "-";
+    ui.sent.textContent =
+      `${st.outbound.packetsSent} packets · ${formatBytes(st.outbound.bytesSent)}`;
+    ui.received.textContent =
+      `${st.inbound.packetsReceived} packets · ${formatBytes(st.inbound.bytesReceived)}`;
+    // audioLevel is linear 0..1; sqrt spreads quiet speech over a visible part of the bar.
+    ui.micLevel.style.width = `${Math.min(100, Math.sqrt(st.micLevel) * 100)}%`;
+    ui.echoLevel.style.width = `${Math.min(100, Math.sqrt(st.inbound.audioLevel) * 100)}%`;
+  }
+
+  async function httpError(response, what) {
+    let reason = "";
+    try {
+      reason = (await response.text()).trim();
+    } catch (_) {
+      // no body
+    }
+    const status = `HTTP ${response.status}${response.statusText ? " " + response.statusText : ""}`;
+    return `${what}: ${status}${reason ? " - " + reason : ""}`;
+  }
+
+  async function talk() {
+    if (session) return;
+    showError(null);
+    messages = [];
+    dcRoundTripMs = null;
+    hangupStatus = null;
+    renderMessages();
+    const started = performance.now();
+    const s = { pc: null, dc: null, stream: null, location: null, connecting: true, timer: null };
+    s.timings = {};
+    const mark = (name) => {
+      s.timings[name] = Math.round(performance.now() - started);
+    };
+    session = s;
+    renderStates();
+    try {
+      try {
+        s.stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: false });
+      } catch (e) {
+        throw new Error(`Microphone: ${e.name}: ${e.message}`);
+      }
+      mark("microphoneMs");
+      if (session !== s) return; // hung up meanwhile
+      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy: "max-bundle" });
+      s.pc = pc;
+      pc.addTransceiver(s.stream.getAudioTracks()[0], {
+        direction: "sendrecv",
+        streams: [s.stream],
+      });
+      s.dc = pc.createDataChannel("events");
+      s.dc.onmessage = onMessage;
+      s.dc.onopen = () => {
+        mark("dataChannelOpenMs");
+        renderStates();
+      };
+      s.dc.onclose = renderStates;
+      pc.ontrack = (event) => {
+        ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]);
+        ui.audio.play().catch(() => {}); // autoplay may wait for the element; not an error
+      };
+      pc.onconnectionstatechange = () => {
+        if (session !== s) return;
+        if (pc.connectionState === "connected" && s.timings.connectedMs == null) {
+          mark("connectedMs");
+        }
+        if (pc.connectionState === "failed") {
+          showError(`Connection failed (ICE ${pc.iceConnectionState}). Is the relay reachable?`);
+        }
+        renderStates();
+      };
+      pc.oniceconnectionstatechange = renderStates;
+
+      await pc.setLocalDescription(await pc.createOffer());
+      const headers = { "Content-Type": "application/sdp" };
+      const token = new URLSearchParams(window.location.search).get("token");
+      if (token) headers.Authorization = `Bearer ${token}`;
+      let response;
+      try {
+        response = await fetch(WHIP_URL, {
+          method: "POST",
+          headers,
+          body: pc.localDescription.sdp,
+        });
+      } catch (e) {
+        throw new Error(`Could not reach ${WHIP_URL}: ${e.message}`);
+      }
+      mark("answerMs");
+      if (response.status !== 201) throw new Error(await httpError(response, "Offer refused"));
+      const location = response.headers.get("Location");
+      if (location) s.location = new URL(location, response.url).href;
+      const answer = await response.text();
+      if (session !== s) {
+        // hung up while the offer was in flight: end the session we just made
+        if (s.location) fetch(s.location, { method: "DELETE" }).catch(() => {});
+        return;
+      }
+      await pc.setRemoteDescription({ type: "answer", sdp: answer });
+      s.connecting = false;
+      s.timer = setInterval(tick, TICK_MS);
+      renderStates();
+    } catch (e) {
+      if (session === s) {
+        await hangUp();
+        showError(e.message || String(e));
+      }
+    }
+  }
+
+  async function hangUp() {
+    const s = session;
+    if (!s) return;
+    session = null;
+    clearInterval(s.timer);
+    if (s.pc) {
+      last = { connectionState: "closed", iceConnectionState: "closed", timings: s.timings };
+    }
+    renderStates();
+    // End the server's session first (WHIP DELETE), then close here: a server that saw our DTLS
+    // close first may already have forgotten the session and answer 404.
+    let deleteError = null;
+    if (s.location) {
+      try {
+        const response = await fetch(s.location, {
+          method: "DELETE",
+          signal: AbortSignal.timeout(5000),
+        });
+        hangupStatus = response.status;
+        // 404: the session had already ended on the server, which is what we want.
+        if (!response.ok && response.status !== 404) {
+          deleteError = await httpError(response, "Hang up");
+        }
+      } catch (e) {
+        deleteError = `Hang up: could not reach ${s.location}: ${e.message}`;
+      }
+    }
+    if (s.dc) s.dc.close();
+    if (s.pc) s.pc.close();
+    if (s.stream) s.stream.getTracks().forEach((t) => t.stop());
+    ui.audio.srcObject = null;
+    ui.micLevel.style.width = "0";
+    ui.echoLevel.style.width = "0";
+    renderStates();
+    if (deleteError) showError(deleteError);
+  }
+
+  // Closing the tab ends the server's session too, instead of waiting for consent to expire.
+  window.addEventListener("pagehide", () => {
+    if (session && session.location) {
+      fetch(session.location, { method: "DELETE", keepalive: true }).catch(() => {});
+    }
+  });
+
+  ui.talk.addEventListener("click", talk);
+  ui.hangup.addEventListener("click", hangUp);
+  renderStates();
+
+  window.rtcedge = {
+    state: () => {
+      const pc = session && session.pc;
+      return {
+        connectionState: pc ? pc.connectionState : session ? "new" : last.connectionState,
+        iceConnectionState: pc ? pc.iceConnectionState : session ? "new" : last.iceConnectionState,
+        error,
+        hangupStatus,
+      };
+    },
+    stats: collectStats,
+    talk,
+    hangUp,
+  };
+})();

@@ -102,6 +102,7 @@ class RelayProcess:
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
     workdir: Path | None = None
+    quiet: bool = True  # capture stderr (tests); False lets the child log to ours
 
     def __post_init__(self) -> None:
         self.public_host = self.public_host or self.host
@@ -145,11 +146,12 @@ class RelayProcess:
 
     def start(self, timeout_s: float = 10.0) -> RelayProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
-        self.proc = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        stderr = subprocess.PIPE if self.quiet else None
+        self.proc = subprocess.Popen(self.command(), env=env, stderr=stderr)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"relay exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+                raise RuntimeError(f"relay exited: {_stderr_of(self.proc)}")
             with contextlib.suppress(OSError):
                 if self.http("/readyz")[0] == 200:
                     return self
@@ -289,6 +291,7 @@ class TransceiverProcess:
     tid: int = 0
     host: str = "127.0.0.1"
     extra_args: list[str] = field(default_factory=list)
+    quiet: bool = True
 
     def __post_init__(self) -> None:
         self.media_port = free_port(self.host)
@@ -322,11 +325,12 @@ class TransceiverProcess:
     def start(self, timeout_s: float = 15.0) -> TransceiverProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
         env["RTCEDGE_KEYRING_JSON"] = self.relay.keyring.to_json()
-        self.proc = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        stderr = subprocess.PIPE if self.quiet else None
+        self.proc = subprocess.Popen(self.command(), env=env, stderr=stderr)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"transceiver exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+                raise RuntimeError(f"transceiver exited: {_stderr_of(self.proc)}")
             with contextlib.suppress(OSError):
                 if self.http("/readyz")[0] == 200:
                     return self
@@ -375,6 +379,10 @@ class TransceiverProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stderr_of(proc: subprocess.Popen[bytes]) -> str:
+    return proc.stderr.read().decode() if proc.stderr else "(see its log above)"
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

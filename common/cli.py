@@ -43,10 +43,15 @@ def bench() -> None:
     """Benchmarks that print ratios against references measured in the same run."""
 
 
-def _mount_benchmarks() -> None:
+def _mount_subcommands() -> None:
     from bench.relay_pps import relay_bench
+    from transceiver.up import up
 
     bench.add_command(relay_bench, "relay")
+    main.add_command(up, "up")
 
 
-_mount_benchmarks()
+_mount_subcommands()
+
+if __name__ == "__main__":
+    main()

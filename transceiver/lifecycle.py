@@ -36,6 +36,7 @@ END_REASONS = (
     "ice_timeout",  # ICE did not connect within the deadline
     "ice_failed",  # ICE failed or consent was lost (RFC 7675)
     "dtls_failed",
+    "peer_closed",  # the client closed DTLS (hung up without DELETE)
     "idle",  # no audio from the caller for the idle timeout
     "max_duration",
     "backend_error",

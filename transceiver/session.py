@@ -164,6 +164,8 @@ class Session:
                 self.server.metrics.dtls_connected.observe(took)
         elif state == "failed":
             self.end("dtls_failed")
+        elif state == "closed":
+            self.end("peer_closed")
 
     # -- ending ----------------------------------------------------------------------------------
     def end(self, reason: str) -> None:

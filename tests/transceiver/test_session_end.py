@@ -1,0 +1,97 @@
+"""Every way a session ends releases it, with its reason counted; SIGTERM drains."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+from bench.peers import RelayProcess, TransceiverProcess
+from bench.webrtc_client import ToneTrack, run_client
+from tests.transceiver.conftest import direct_config, run, running
+from tests.transceiver.test_whip import SDP, make_offer, post
+
+
+async def wait_until(predicate, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def ended(server, reason: str) -> float:
+    return server.metrics.sessions_ended.labels(reason)._value.get()
+
+
+def test_offer_that_never_connects_ends_by_ice_timeout():
+    async def go():
+        async with running(direct_config(ice_timeout_s=1.0)) as (server, url):
+            status, _, _ = await post(url, await make_offer())  # nobody ever sends a check
+            assert status == 201 and len(server.sessions) == 1
+            assert await wait_until(lambda: not server.sessions, 5)
+            assert ended(server, "ice_timeout") == 1
+            assert len(server.demux) == 0
+
+    run(go())
+
+
+async def connect(url: str) -> tuple[RTCPeerConnection, str]:
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc.addTrack(ToneTrack(440))
+    pc.createDataChannel("events")
+    await pc.setLocalDescription(await pc.createOffer())
+    status, answer, headers = await post(url, pc.localDescription.sdp)
+    assert status == 201
+    await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+    assert await wait_until(lambda: pc.connectionState == "connected")
+    return pc, headers["Location"]
+
+
+def test_silent_caller_ends_by_idle_timeout_and_hang_up_without_delete_is_noticed():
+    async def go():
+        async with running(direct_config(idle_timeout_s=1.0)) as (server, url):
+            pc, _ = await connect(url)
+            pc.getSenders()[0].replaceTrack(None)  # the caller stops sending audio
+            assert await wait_until(lambda: not server.sessions, 6)
+            assert ended(server, "idle") == 1
+            await pc.close()
+
+            pc, _ = await connect(url)
+            await pc.close()  # DTLS close_notify, no DELETE
+            assert await wait_until(lambda: not server.sessions, 6)
+            assert ended(server, "peer_closed") + ended(server, "ice_failed") == 1
+
+    run(go())
+
+
+def test_sigterm_drains_then_exits():
+    relay = RelayProcess({}, workers=1)
+    trx = TransceiverProcess(relay, extra_args=["--drain-grace", "3"])
+    relay.transceivers = {0: trx.media_address}
+
+    async def go():
+        call = asyncio.create_task(run_client(trx.url, 440, seconds=6, delete=False))
+        assert await wait_until(lambda: trx.metric("rtcedge_transceiver_sessions_active") == 1, 10)
+        await asyncio.sleep(0.5)
+        trx.proc.send_signal(signal.SIGTERM)
+        assert await wait_until(lambda: trx.http("/readyz")[0] == 503, 3), (
+            "not ready while draining"
+        )
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{trx.url}/whip", data=await make_offer(), headers=SDP) as r:
+                assert r.status == 503 and "draining" in await r.text()
+        assert trx.metric("rtcedge_transceiver_sessions_active") == 1, "the live call goes on"
+        await asyncio.sleep(1.0)
+        assert trx.proc.poll() is None, "still serving the live call within the 3 s grace"
+        assert await wait_until(lambda: trx.proc.poll() is not None, 10)
+        assert trx.proc.returncode == 0
+        result = await call
+        assert result.connected
+
+    with relay, trx:
+        run(go())

@@ -6,13 +6,12 @@ import asyncio
 import signal
 import time
 
-import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.webrtc_client import ToneTrack, run_client
 from tests.transceiver.conftest import direct_config, run, running
-from tests.transceiver.test_whip import SDP, make_offer, post
+from tests.transceiver.test_whip import make_offer, post
 
 
 async def wait_until(predicate, timeout_s: float = 10.0) -> bool:
@@ -82,9 +81,8 @@ def test_sigterm_drains_then_exits():
         assert await wait_until(lambda: trx.http("/readyz")[0] == 503, 3), (
             "not ready while draining"
         )
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{trx.url}/whip", data=await make_offer(), headers=SDP) as r:
-                assert r.status == 503 and "draining" in await r.text()
+        status, text, _ = await post(trx.url, await make_offer())
+        assert status == 503 and "draining" in text
         assert trx.metric("rtcedge_transceiver_sessions_active") == 1, "the live call goes on"
         await asyncio.sleep(1.0)
         assert trx.proc.poll() is None, "still serving the live call within the 3 s grace"

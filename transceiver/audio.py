@@ -15,6 +15,7 @@ import asyncio
 import fractions
 import time
 from collections import deque
+from collections.abc import Callable
 
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -48,8 +49,11 @@ class BackendAudioTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, max_buffered_frames: int = 50) -> None:
+    def __init__(
+        self, max_buffered_frames: int = 50, on_frame_out: Callable[[], None] | None = None
+    ) -> None:
         super().__init__()
+        self._on_frame_out = on_frame_out
         self._frames: deque[bytes] = deque(maxlen=max_buffered_frames)
         self._pending = b""
         self._codec = av.CodecContext.create("libopus", "w")
@@ -97,6 +101,8 @@ class BackendAudioTrack(MediaStreamTrack):
             pcm = self._frames.popleft() if self._frames else SILENCE
             if pcm is not SILENCE:
                 self.frames_out += 1
+                if self._on_frame_out is not None:
+                    self._on_frame_out()
             for packet in self._encode(pcm):
                 packet.time_base = TIME_BASE
                 self._encoded.append(packet)

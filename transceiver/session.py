@@ -49,7 +49,9 @@ class Session:
         self.ice = SharedSocketConnection(
             ufrag, password, cfg.advertise, send=lambda data: server.media.send(ufrag, data)
         )
-        self.out_track = BackendAudioTrack()
+        self.out_track = BackendAudioTrack(
+            on_frame_out=server.metrics.audio_frames.labels("out").inc
+        )
         self.backend: BackendSession | None = None
         self.channel: Any = None
         self._pending_events: list[str] = []

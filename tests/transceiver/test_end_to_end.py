@@ -61,3 +61,6 @@ def test_five_clients_hear_their_own_tone_through_one_socket(stack):
     assert trx.metric("rtcedge_transceiver_sessions_active") == 0
     assert trx.metric("rtcedge_transceiver_sessions_ended_total", reason="deleted") >= 5
     assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="in") > 0
+    assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="out") > 0
+    assert trx.metric("rtcedge_transceiver_ice_connected_seconds_count") >= 5
+    assert trx.metric("rtcedge_transceiver_dtls_connected_seconds_count") >= 5

@@ -50,7 +50,9 @@ class BackendAudioTrack(MediaStreamTrack):
     kind = "audio"
 
     def __init__(
-        self, max_buffered_frames: int = 50, on_frame_out: Callable[[], None] | None = None
+        self,
+        max_buffered_frames: int = 1500,
+        on_frame_out: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self._on_frame_out = on_frame_out
@@ -78,6 +80,13 @@ class BackendAudioTrack(MediaStreamTrack):
                 self.frames_dropped += 1
             self._frames.append(data[i : i + FRAME_BYTES])
         self._pending = data[whole:]
+
+    def clear(self) -> int:
+        """Forget audio not yet played (barge-in); returns how many frames were dropped."""
+        dropped = len(self._frames)
+        self._frames.clear()
+        self._pending = b""
+        return dropped
 
     def _encode(self, pcm: bytes) -> list[av.Packet]:
         frame = av.AudioFrame(format="s16", layout="mono", samples=SAMPLES_PER_FRAME)

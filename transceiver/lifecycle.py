@@ -40,6 +40,7 @@ END_REASONS = (
     "idle",  # no audio from the caller for the idle timeout
     "max_duration",
     "backend_error",
+    "backend_hangup",  # the backend ended the call (session.hangup event)
     "shutdown",  # the transceiver stopped (drain grace over)
     "error",  # an unexpected exception while setting up or running
 )

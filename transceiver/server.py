@@ -112,7 +112,8 @@ class TransceiverServer:
         check_versions()
         self.config = config.validate()
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
-        self.backend = backend or create_backend(config.backend, config.backend_url)
+        url = config.backend_url if config.backend == "websocket" else None
+        self.backend = backend or create_backend(config.backend, url)
         self.metrics = TransceiverMetrics()
         self.demux: Demux[Session] = Demux()
         self.media = MediaSocket(self.demux, self.metrics)

@@ -30,6 +30,9 @@ log = logging.getLogger("rtcedge.transceiver")
 EVENTS_CHANNEL = "events"
 MAX_PENDING_EVENTS = 32
 MAX_EVENT_BYTES = 16 * 1024
+# Events a backend sends to the transceiver itself (docs/backend-protocol.md), not to the caller.
+CLEAR_AUDIO = "audio.clear"  # drop the caller-bound audio not yet played (barge-in)
+HANGUP = "session.hangup"  # end the call
 
 
 class Session:
@@ -132,6 +135,14 @@ class Session:
         self.backend.event_in(event)
 
     def _emit_event(self, event: dict[str, Any]) -> None:
+        """An event from the backend: control events act here, all others go to the caller."""
+        kind = event.get("type")
+        if kind == CLEAR_AUDIO:
+            self.out_track.clear()
+            return
+        if kind == HANGUP:
+            self.end("backend_hangup")
+            return
         text = json.dumps(event)
         if self.channel is not None and self.channel.readyState == "open":
             self.channel.send(text)

@@ -13,6 +13,7 @@ from aiohttp import web
 from bench.peers import free_port
 from bench.webrtc_client import loopback_only
 from common.hint import Keyring
+from transceiver.backend import Backend
 from transceiver.config import TransceiverConfig
 from transceiver.http import make_app
 from transceiver.server import TransceiverServer
@@ -35,8 +36,10 @@ def direct_config(**overrides) -> TransceiverConfig:
 
 
 @contextlib.asynccontextmanager
-async def running(config: TransceiverConfig) -> AsyncIterator[tuple[TransceiverServer, str]]:
-    server = TransceiverServer(config)
+async def running(
+    config: TransceiverConfig, backend: Backend | None = None
+) -> AsyncIterator[tuple[TransceiverServer, str]]:
+    server = TransceiverServer(config, backend=backend)
     await server.start()
     runner = web.AppRunner(make_app(server), access_log=None)
     await runner.setup()

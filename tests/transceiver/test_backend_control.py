@@ -1,0 +1,63 @@
+"""Control events from a backend: audio.clear discards buffered speech, session.hangup ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bench.webrtc_client import run_client
+from tests.transceiver.conftest import direct_config, run, running
+from transceiver.backend import FRAME_BYTES, Backend, BackendSession
+
+
+class ScriptedSession(BackendSession):
+    def __init__(self, emit_audio, emit_event) -> None:
+        self.emit_audio = emit_audio
+        self.emit_event = emit_event
+
+    def audio_in(self, pcm: bytes) -> None:
+        pass
+
+    def event_in(self, event: dict) -> None:
+        if event.get("type") == "hello":
+            self.emit_audio(bytes(FRAME_BYTES) * 500)  # 10 s of speech at once
+            self.emit_event({"type": "audio.clear"})
+            self.emit_event({"type": "session.hangup"})
+
+    async def close(self, reason: str) -> None:
+        pass
+
+
+class ScriptedBackend(Backend):
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.sessions: list[ScriptedSession] = []
+
+    async def open_session(self, info, emit_audio, emit_event, on_failure) -> BackendSession:
+        session = ScriptedSession(emit_audio, emit_event)
+        self.sessions.append(session)
+        return session
+
+
+def test_backend_can_clear_buffered_audio_and_hang_up():
+    async def go():
+        cleared: list[int] = []
+        async with running(direct_config(), ScriptedBackend()) as (server, url):
+            call = asyncio.create_task(run_client(url, 440, seconds=3, delete=False))
+            for _ in range(100):
+                if server.sessions:
+                    break
+                await asyncio.sleep(0.05)
+            track = next(iter(server.sessions.values())).out_track
+            original_clear = track.clear
+            track.clear = lambda: cleared.append(original_clear()) or cleared[-1]
+            for _ in range(200):
+                if not server.sessions:
+                    break
+                await asyncio.sleep(0.05)
+            assert not server.sessions, "the backend's hang-up ended the call"
+            assert server.metrics.sessions_ended.labels("backend_hangup")._value.get() == 1
+            assert cleared and cleared[0] >= 490, "the 10 s of queued speech were discarded"
+            await call
+
+    run(go())

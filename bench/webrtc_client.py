@@ -4,24 +4,31 @@ Each client sends a sine tone of its own frequency and measures, in what comes b
 at its own frequency against the power at the others' (Goertzel), so a test can tell "hears its
 own audio" from "hears someone else's". Runs as ``python -m bench.webrtc_client`` in its own
 process, printing one JSON line, or in-process through ``run_client``.
+
+For many clients per core (``bench/sessions.py``) there are cheaper parts: ``OpusToneTrack``
+hands aiortc a tone already encoded once at start-up, and ``EchoCounter`` counts the echo at the
+RTP level and checks the tone only on a sample of frames.
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import fractions
 import json
 import math
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import aiohttp
 import aioice.ice
 import av
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtp import RtpPacket
 
 RATE = 48000
 SAMPLES = 960  # 20 ms
@@ -67,7 +74,7 @@ class ToneTrack(MediaStreamTrack):
         return frame
 
 
-def goertzel_power(samples: list[int], hz: float, rate: int = RATE) -> float:
+def goertzel_power(samples: Sequence[int], hz: float, rate: int = RATE) -> float:
     w = 2 * math.pi * hz / rate
     coeff = 2 * math.cos(w)
     s1 = s2 = 0.0
@@ -75,6 +82,146 @@ def goertzel_power(samples: list[int], hz: float, rate: int = RATE) -> float:
         s0 = x + coeff * s1 - s2
         s2, s1 = s1, s0
     return s1 * s1 + s2 * s2 - coeff * s1 * s2
+
+
+def opus_tone_packets(hz: int, amplitude: float = 0.3, bitrate: int = 32000) -> list[bytes]:
+    """One second of a sine tone as 50 Opus packets (20 ms, mono), to be sent in a loop.
+
+    ``hz`` is a whole number, so a second holds whole periods and the loop has no seam. Two
+    seconds are encoded and the second one kept: its first packet was encoded with the state the
+    encoder has after a full period, which is the state it would have after the loop wraps.
+    """
+    enc = av.CodecContext.create("libopus", "w")
+    enc.bit_rate = bitrate
+    enc.format = "s16"
+    enc.layout = "mono"
+    enc.sample_rate = RATE
+    enc.time_base = TIME_BASE
+    enc.options = {"application": "voip"}
+    w = 2 * math.pi * hz / RATE
+    a = 32767 * amplitude
+    period = array.array("h", (int(a * math.sin(w * i)) for i in range(RATE)))
+    packets: list[bytes] = []
+    for k in range(100):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=SAMPLES)
+        start = (k % 50) * SAMPLES
+        frame.planes[0].update(period[start : start + SAMPLES].tobytes())
+        frame.sample_rate = RATE
+        frame.time_base = TIME_BASE
+        frame.pts = k * SAMPLES
+        packets += [bytes(p) for p in enc.encode(frame)]
+    if len(packets) < 100:
+        raise RuntimeError(f"the Opus encoder returned {len(packets)} packets for 100 frames")
+    return packets[-50:]
+
+
+class OpusToneTrack(MediaStreamTrack):
+    """A paced tone as pre-encoded Opus packets (``opus_tone_packets``), 20 ms each.
+
+    aiortc's sender only packetizes ``av.Packet``s: no per-sample math, no audio-level loop and
+    no encode in a thread per frame, so a benchmark's callers cost little next to the server.
+    """
+
+    kind = "audio"
+
+    def __init__(self, packets: list[bytes]) -> None:
+        super().__init__()
+        self._packets = packets
+        self._count = 0
+        self._start: float | None = None
+
+    async def recv(self) -> av.Packet:  # type: ignore[override]
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.monotonic()
+        wait = self._start + self._count * SAMPLES / RATE - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        packet = av.Packet(self._packets[self._count % len(self._packets)])
+        packet.pts = self._count * SAMPLES
+        packet.time_base = TIME_BASE
+        self._count += 1
+        return packet
+
+
+AUDIBLE_PEAK = 1000  # a decoded frame whose peak is below this is silence (the tone peaks ~9800)
+OWN_TONE_SHARE = 0.2  # of the frame's power at the caller's frequency: "it is my own tone"
+
+
+class EchoCounter:
+    """Counts a caller's echo as it arrives, cheaply enough for dozens of callers per core.
+
+    It takes the place of the receiver's RTP handler (``attach``): no jitter buffer, NACKs or
+    decoder thread. Every packet is counted by sequence number (RTP loss as in RFC 3550 A.3),
+    decoded inline with one Opus decoder and classified by its peak as audio or silence (the
+    far end sends silence when it has nothing to send, so only audible frames are echo). The
+    tone is checked with Goertzel on audible frames until one is the caller's own (that one is
+    the first echo), then on one audible frame in ``check_every``: enough to prove that what
+    comes back is the caller's own audio and nobody else's.
+    """
+
+    def __init__(self, hz: float, check_every: int = 50) -> None:
+        self.hz = hz
+        self.check_every = check_every
+        self.packets_received = 0
+        self.audio_frames = 0
+        self.decode_errors = 0
+        self.tone_checks = 0  # from the first echo on
+        self.tone_checks_own = 0
+        self.first_echo_at: float | None = None  # time.monotonic()
+        self._base_seq: int | None = None
+        self._max_seq = 0  # extended (wrap-counted) highest sequence number
+        self._decoder = av.CodecContext.create("libopus", "r")
+        self._decoder.format = "s16"
+        self._decoder.layout = "mono"
+        self._decoder.sample_rate = RATE
+
+    def attach(self, receiver: RTCRtpReceiver) -> None:
+        # An instance attribute shadows the method: aiortc's DTLS transport calls
+        # ``receiver._handle_rtp_packet(packet, arrival_time_ms=...)`` for every RTP packet.
+        receiver._handle_rtp_packet = self._handle_rtp_packet  # type: ignore[method-assign]
+
+    @property
+    def packets_expected(self) -> int:
+        """Sequence numbers from the first to the highest seen (RFC 3550 A.3)."""
+        return 0 if self._base_seq is None else self._max_seq - self._base_seq + 1
+
+    @property
+    def packets_lost(self) -> int:
+        return self.packets_expected - self.packets_received
+
+    async def _handle_rtp_packet(self, packet: RtpPacket, arrival_time_ms: int) -> None:
+        seq = packet.sequence_number
+        if self._base_seq is None:
+            self._base_seq = self._max_seq = seq
+        else:
+            delta = (seq - self._max_seq) & 0xFFFF
+            if 0 < delta < 0x8000:  # newer; older or duplicate packets do not move it
+                self._max_seq += delta
+        self.packets_received += 1
+        try:
+            frames = self._decoder.decode(av.Packet(packet.payload))
+        except av.FFmpegError:
+            self.decode_errors += 1
+            return
+        for frame in frames:
+            samples = memoryview(bytes(frame.planes[0])[: frame.samples * 2]).cast("h")
+            if max(samples) < AUDIBLE_PEAK:
+                continue
+            self.audio_frames += 1
+            if self.first_echo_at is None or self.audio_frames % self.check_every == 0:
+                self._check_tone(samples)
+
+    def _check_tone(self, samples: memoryview) -> None:
+        total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
+        own = goertzel_power(samples, self.hz) > OWN_TONE_SHARE * total
+        if self.first_echo_at is None:
+            if not own:  # an onset frame; a caller that never hears itself has no first echo
+                return
+            self.first_echo_at = time.monotonic()
+        self.tone_checks += 1
+        self.tone_checks_own += own
 
 
 @dataclass

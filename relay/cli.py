@@ -199,6 +199,28 @@ def main() -> None:
     help="SO_RCVBUF/SO_SNDBUF bytes per socket.",
 )
 @_opt(
+    "--redis-url",
+    env="REDIS_URL",
+    default=None,
+    help="Optional Redis for faster recovery after a relay restart, e.g. redis://redis:6379/0.",
+)
+@_opt(
+    "--redis-timeout-ms",
+    env="REDIS_TIMEOUT_MS",
+    type=int,
+    default=50,
+    show_default=True,
+    help="Timeout of one Redis operation; the relay never waits for Redis to forward.",
+)
+@_opt(
+    "--redis-lookups-per-s",
+    env="REDIS_LOOKUPS_PER_S",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Per worker, lookups for packets of unknown clients.",
+)
+@_opt(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -258,4 +280,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         metrics=None if metrics == "off" else parse_host_port("--metrics", metrics),
         batch_size=int(opts["batch"]),
         socket_buffer_bytes=int(opts["socket_buffer"]),
+        redis_url=opts["redis_url"],
+        redis_timeout_ms=int(opts["redis_timeout_ms"]),
+        redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
     ).validate()

@@ -95,6 +95,9 @@ class RelayConfig:
     batch_size: int = 256
     socket_buffer_bytes: int = 4 << 20
     restart_backoff_max_s: float = 5.0
+    redis_url: str | None = None
+    redis_timeout_ms: int = 50
+    redis_lookups_per_s: int = 200
 
     @property
     def family(self) -> int:
@@ -144,6 +147,12 @@ class RelayConfig:
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")
+        if self.redis_url is not None and not self.redis_url.startswith(
+            ("redis://", "rediss://", "unix://")
+        ):
+            raise ConfigError("--redis-url", "must start with redis://, rediss:// or unix://")
+        if self.redis_timeout_ms <= 0 or self.redis_lookups_per_s <= 0:
+            raise ConfigError("--redis-timeout-ms", "Redis timeout and lookup rate must be > 0")
         if lim.idle_ttl_s < 4:
             raise ConfigError(
                 "--idle-ttl", "must be at least 4 s (ICE consent checks come every ~5 s)"

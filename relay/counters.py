@@ -58,7 +58,16 @@ CONFIG_GENERATION = _after_drops + 7  # gauge: the control-block generation appl
 BATCH_BUCKETS = _after_drops + 8  # one slot per bound, non-cumulative, then +Inf
 BATCH_SUM = BATCH_BUCKETS + len(BATCH_BOUNDS) + 1
 BATCH_COUNT = BATCH_SUM + 1
-SLOTS = BATCH_COUNT + 1
+FLOWS_RESTORED_REDIS = BATCH_COUNT + 1
+REDIS_OPS = FLOWS_RESTORED_REDIS + 1  # + index in REDIS_RESULTS
+REDIS_RESULTS = (
+    ("write", "ok"),
+    ("lookup", "hit"),
+    ("lookup", "miss"),
+    ("any", "error"),
+    ("any", "dropped"),
+)
+SLOTS = REDIS_OPS + len(REDIS_RESULTS)
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -114,8 +123,13 @@ class RelayCollector:
         )
         restored = CounterMetricFamily(
             "rtcedge_relay_flows_restored",
-            "Confirmed flows a restarted worker restored from its journal.",
-            labels=["worker"],
+            "Confirmed flows restored: from a crashed worker's journal, or from Redis.",
+            labels=["worker", "source"],
+        )
+        redis_ops = CounterMetricFamily(
+            "rtcedge_relay_redis_operations",
+            "Flow cache operations by result (the cache is optional).",
+            labels=["worker", "op", "result"],
         )
         active = GaugeMetricFamily(
             "rtcedge_relay_flows_active", "Flows in the tables now.", labels=["worker", "table"]
@@ -136,7 +150,10 @@ class RelayCollector:
             created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
             expired.add_metric([name, "pending"], b[FLOWS_EXPIRED_PENDING])
             expired.add_metric([name, "confirmed"], b[FLOWS_EXPIRED_CONFIRMED])
-            restored.add_metric([name], b[FLOWS_RESTORED])
+            restored.add_metric([name, "journal"], b[FLOWS_RESTORED])
+            restored.add_metric([name, "redis"], b[FLOWS_RESTORED_REDIS])
+            for i, (op, result) in enumerate(REDIS_RESULTS):
+                redis_ops.add_metric([name, op, result], b[REDIS_OPS + i])
             active.add_metric([name, "pending"], b[FLOWS_ACTIVE_PENDING])
             active.add_metric([name, "confirmed"], b[FLOWS_ACTIVE_CONFIRMED])
             cumulative, buckets = 0, []
@@ -145,5 +162,5 @@ class RelayCollector:
                 buckets.append((str(bound), cumulative))
             batch.add_metric([name], buckets, b[BATCH_SUM])
             b.release()
-        yield from (packets, octets, drops, created, expired, restored, active, batch)
+        yield from (packets, octets, drops, created, expired, restored, redis_ops, active, batch)
         yield from self.state.metrics()  # type: ignore[attr-defined]

@@ -51,11 +51,12 @@ class PendingFlow:
 class ConfirmedFlow:
     """A confirmed flow; ``wire`` and ``slot`` belong to the worker (send descriptors, journal)."""
 
-    __slots__ = ("last_seen", "slot", "target_id", "wire")
+    __slots__ = ("last_seen", "slot", "stored_at", "target_id", "wire")
 
     def __init__(self, target_id: int, now: int) -> None:
         self.target_id = target_id
         self.last_seen = now
+        self.stored_at = now  # when the flow cache (if any) was last written
         self.wire: Any = None
         self.slot = -1
 

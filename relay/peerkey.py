@@ -63,6 +63,11 @@ class PeerKeys:
         raw = self.to_bytes(key)
         return (raw[2:4], raw[4:8]) if self.v4 else (raw[2:4], raw[8:24])
 
+    def host_port(self, key: Hashable) -> tuple[str, int]:
+        """The client's address as text, e.g. for the Redis flow cache."""
+        port, address = self.port_and_address(key)
+        return socket.inet_ntop(self.family, address), int.from_bytes(port, "big")
+
     def prefix(self, key: Hashable) -> bytes:
         """The source prefix a pending-flow quota is counted by: /24 (IPv4) or /64 (IPv6)."""
         addr = self.port_and_address(key)[1]

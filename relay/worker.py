@@ -35,6 +35,7 @@ from common.stun import StunError, binding_request_username, server_ufrag
 from relay import counters as C
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
+from relay.flowcache import RedisFlowCache
 from relay.flows import ConfirmedFlow, FlowLimitError, FlowTable
 from relay.journal import FlowJournal
 from relay.mmsg import (
@@ -123,6 +124,7 @@ class Worker:
         self.targets: dict[int, Target] = {}
         self.peers: dict[Hashable, Target] = {}
         self.verifier: HintVerifier | None = None
+        self.cache: RedisFlowCache | None = None  # started in run(), after the fork
         self.generation = -1
         self.now = int(time.monotonic())
         self.wall = time.time()
@@ -196,11 +198,22 @@ class Worker:
         self.poll_control()
         flows = self.flows
         confirmed = flows.confirmed
+        cache = self.cache
+        rewrite_after = self.config.limits.idle_ttl_s // 2
         for key in self.refreshed:
             flow = confirmed.get(key)
             if flow is not None:
                 flow.last_seen = now
+                if cache is not None and now - flow.stored_at >= rewrite_after:
+                    flow.stored_at = now
+                    cache.store(key, self.keys.host_port(key), flow.target_id)
         self.refreshed.clear()
+        if cache is not None:
+            stats = cache.stats
+            for i, value in enumerate(
+                (stats.writes, stats.hits, stats.misses, stats.errors, stats.dropped)
+            ):
+                self.ctr[C.REDIS_OPS + i] = value
         flows.expire_pending(now)
         if now >= self._next_confirmed_sweep:
             for flow in flows.expire_confirmed(now):
@@ -237,7 +250,12 @@ class Worker:
             return None
         data = self.rx_pub.data
         if data[start] > 3:  # RFC 7983: only STUN may start a flow
-            ctr[_DROP["not_confirmed" if key in self.flows.pending else "no_flow"]] += 1
+            if key in self.flows.pending:
+                ctr[_DROP["not_confirmed"]] += 1
+                return None
+            ctr[_DROP["no_flow"]] += 1
+            if self.cache is not None:  # a relay restart? Redis may know the flow
+                self.cache.lookup(key, self.keys.host_port(key), time.monotonic())
             return None
         try:
             username = binding_request_username(data[start : start + length])
@@ -288,6 +306,26 @@ class Worker:
             self.ctr[_DROP["flows_full"]] += 1
             return
         flow.wire = self._flow_wire(key, target, flow.slot)
+        if self.cache is not None:
+            flow.stored_at = self.now
+            self.cache.store(key, self.keys.host_port(key), target.tid)
+
+    def restore_from_cache(self) -> None:
+        """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
+        assert self.cache is not None
+        for key, tid in self.cache.take_results(time.monotonic()):
+            target = self.targets.get(tid)
+            if target is None or key in self.flows.confirmed:
+                continue
+            flow = self.flows.restore(key, tid, self.now)
+            if flow is None:
+                continue
+            flow.slot = self.journal.write(self.keys.to_bytes(key), tid)
+            if flow.slot < 0:
+                del self.flows.confirmed[key]
+                continue
+            flow.wire = self._flow_wire(key, target, flow.slot)
+            self.ctr[C.FLOWS_RESTORED_REDIS] += 1
 
     # -- hot path --------------------------------------------------------------------------------
     # Both directions first try a batch-at-once path in which every per-packet step (flow key,
@@ -465,6 +503,14 @@ class Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if self.config.redis_url:
+            self.cache = RedisFlowCache(
+                self.config.redis_url,
+                self.config.cluster,
+                ttl_s=2 * self.config.limits.idle_ttl_s,
+                timeout_s=self.config.redis_timeout_ms / 1000,
+                lookups_per_s=self.config.redis_lookups_per_s,
+            ).start()
         self.tick(int(time.monotonic()))
         self.restore_journal()
         # poll(2), not epoll: poll puts the worker on the sockets' wait queues only while it
@@ -478,6 +524,8 @@ class Worker:
         while not self._stop:
             # Drain both sockets in turns, so one direction cannot starve the other; sleep only
             # when a round found nothing.
+            if self.cache is not None and self.cache.results:
+                self.restore_from_cache()
             if not self._from_clients() + self._from_transceivers():
                 for fd, _ in poller.poll(1000):
                     if fd == wake_r:

@@ -10,7 +10,8 @@ Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named her
 
 A session may be reached at several client addresses over its life (NAT rebinding, a new relay);
 replies always go to the newest address that passed a check ("latching"), through the relay it
-was last heard through, or directly when the client talks to the socket without a relay.
+was last heard through (any packet of the latched address moves the relay: a replaced relay is
+followed at once), or directly when the client talks to the socket without a relay.
 """
 
 from __future__ import annotations
@@ -80,11 +81,14 @@ class Demux(Generic[S]):
         """Decide the session of one datagram from ``client`` (arrived through ``relay``)."""
         entry = self._by_addr.get(client)
         if entry is not None:
-            # A known address on a path other than the latched one (an older address, or the same
-            # one through another relay): only an authenticated check may move the path.
             path = entry.path
-            moved = path is None or path.client != client or path.relay != relay
-            if moved and data[:1] and data[0] < 4 and self._authenticated(data, entry):
+            if path is not None and path.client == client:
+                # The latched client, now through another relay (a relay was replaced): follow
+                # at once. Relays are trusted and forward only what that address really sent.
+                if path.relay != relay:
+                    entry.path = Path(client, relay)
+            elif data[:1] and data[0] < 4 and self._authenticated(data, entry):
+                # An older address of the session: only an authenticated check moves back to it.
                 entry.path = Path(client, relay)
             return Route(entry.session)
         if not data or data[0] > 3:

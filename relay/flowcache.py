@@ -1,0 +1,225 @@
+"""Optional Redis cache of confirmed flows, so a replaced relay recovers flows in milliseconds.
+
+Redis is never required and never on the packet path: a worker hands requests to a thread of its
+own through a queue and picks results up between batches.
+
+- Write-behind: when a flow is confirmed or re-pointed (and again every half idle TTL while it
+  lives) the worker queues ``client -> cluster:transceiver`` with a TTL of twice the idle TTL.
+- Lookup on a miss: a non-STUN packet from an unknown client may queue a lookup, limited by a
+  token bucket, one in flight per client, and misses remembered for a few seconds. The packet that
+  missed is dropped (counted); the flow is restored when the answer arrives, so the next packet
+  of the call goes through.
+- Redis down or slow: operations time out quickly, are counted as errors, and the thread
+  reconnects with exponential backoff; forwarding never waits for it.
+
+The rate limiter and the negative cache are plain objects with ``now`` passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("rtcedge.relay")
+
+MAX_QUEUED = 10_000
+BATCH = 256
+
+
+def redis_key(cluster: int, client: tuple[str, int]) -> str:
+    return f"rtcedge:{cluster}:flow:{client[0]}:{client[1]}"
+
+
+@dataclass
+class TokenBucket:
+    """Allows ``rate_per_s`` operations per second with bursts of ``burst``."""
+
+    rate_per_s: float
+    burst: float
+    tokens: float = 0.0
+    updated: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+
+    def allow(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate_per_s)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
+class NegativeCache:
+    """Clients Redis did not know, remembered for ``ttl_s`` (bounded: cleared when full)."""
+
+    ttl_s: float
+    capacity: int = 65536
+    until: dict[Hashable, float] = field(default_factory=dict)
+
+    def add(self, key: Hashable, now: float) -> None:
+        if len(self.until) >= self.capacity:
+            self.until.clear()
+        self.until[key] = now + self.ttl_s
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.until
+
+    def fresh(self, key: Hashable, now: float) -> bool:
+        expiry = self.until.get(key)
+        if expiry is None:
+            return False
+        if expiry <= now:
+            del self.until[key]
+            return False
+        return True
+
+
+@dataclass
+class CacheStats:
+    writes: int = 0
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    errors: int = 0
+    dropped: int = 0  # requests not queued (queue full) or abandoned during an outage
+
+
+class RedisFlowCache:
+    """The worker's side: non-blocking ``store``/``lookup``, results in ``results``."""
+
+    def __init__(
+        self,
+        url: str,
+        cluster: int,
+        ttl_s: int,
+        timeout_s: float = 0.05,
+        lookups_per_s: float = 200.0,
+        negative_ttl_s: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.cluster = cluster
+        self.ttl_s = ttl_s
+        self.timeout_s = timeout_s
+        self.limiter = TokenBucket(lookups_per_s, lookups_per_s)
+        self.negative = NegativeCache(negative_ttl_s)
+        self.in_flight: set[Hashable] = set()
+        self.results: deque[tuple[Hashable, int | None]] = deque()
+        self.stats = CacheStats()
+        self._requests: queue.SimpleQueue[tuple[str, Hashable, str, int]] = queue.SimpleQueue()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="redis-flow-cache", daemon=True)
+
+    def start(self) -> RedisFlowCache:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        self._requests.put(("stop", None, "", 0))
+
+    # -- worker side (hot loop: never blocks) ----------------------------------------------------
+    def store(self, key: Hashable, client: tuple[str, int], tid: int) -> None:
+        if self._requests.qsize() >= MAX_QUEUED:
+            self.stats.dropped += 1
+            return
+        self._requests.put(("set", key, redis_key(self.cluster, client), tid))
+
+    def lookup(self, key: Hashable, client: tuple[str, int], now: float) -> bool:
+        """Queue a lookup unless one is in flight, the client is a known miss, or over budget."""
+        if key in self.in_flight or self.negative.fresh(key, now):
+            return False
+        if not self.limiter.allow(now) or self._requests.qsize() >= MAX_QUEUED:
+            self.stats.dropped += 1
+            return False
+        self.in_flight.add(key)
+        self._requests.put(("get", key, redis_key(self.cluster, client), 0))
+        return True
+
+    def take_results(self, now: float) -> list[tuple[Hashable, int]]:
+        """Answers that arrived: (key, transceiver id) for hits; misses go to the negative cache."""
+        hits = []
+        while self.results:
+            key, tid = self.results.popleft()
+            self.in_flight.discard(key)
+            if tid is None:
+                self.negative.add(key, now)
+            else:
+                hits.append((key, tid))
+        return hits
+
+    # -- the thread --------------------------------------------------------------------------------
+    def _connect(self):  # type: ignore[no-untyped-def]
+        import redis
+
+        return redis.Redis.from_url(
+            self.url,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=max(self.timeout_s, 0.2),
+            health_check_interval=0,
+            retry_on_timeout=False,
+        )
+
+    def _run(self) -> None:
+        client = None
+        backoff_s = 0.1
+        while not self._stop:
+            batch = [self._requests.get()]
+            while len(batch) < BATCH:
+                try:
+                    batch.append(self._requests.get_nowait())
+                except queue.Empty:
+                    break
+            batch = [r for r in batch if r[0] != "stop"]
+            if not batch:
+                continue
+            try:
+                if client is None:
+                    client = self._connect()
+                pipe = client.pipeline(transaction=False)
+                for op, _key, name, tid in batch:
+                    if op == "set":
+                        pipe.set(name, f"{self.cluster}:{tid}", ex=self.ttl_s)
+                    else:
+                        pipe.get(name)
+                replies = pipe.execute()
+                backoff_s = 0.1
+            except Exception as exc:  # redis.RedisError, OSError...: count, back off, go on
+                self.stats.errors += 1
+                self.stats.dropped += len(batch)
+                for op, key, _name, _tid in batch:
+                    if op == "get":
+                        self.results.append((key, None))
+                log.warning("redis flow cache unavailable (%s); retrying in %.1fs", exc, backoff_s)
+                client = None
+                time.sleep(backoff_s)
+                backoff_s = min(5.0, backoff_s * 2)
+                continue
+            for (op, key, _name, _tid), reply in zip(batch, replies, strict=True):
+                if op == "set":
+                    self.stats.writes += 1
+                    continue
+                self.stats.lookups += 1
+                tid = _parse_value(reply, self.cluster)
+                if tid is None:
+                    self.stats.misses += 1
+                else:
+                    self.stats.hits += 1
+                self.results.append((key, tid))
+
+
+def _parse_value(reply: bytes | None, cluster: int) -> int | None:
+    if not reply:
+        return None
+    try:
+        c, t = reply.split(b":")
+        return int(t) if int(c) == cluster else None
+    except ValueError:
+        return None

@@ -51,7 +51,7 @@ from typing import Any
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess, cpu_ns, metric_value
+from bench.peers import RelayProcess, TransceiverProcess, cpu_ns, metric_value, udp_drops
 from bench.relay_pps import _json_default, percentile, pin_process, stop_process
 
 HOST = "127.0.0.1"
@@ -63,6 +63,7 @@ TRANSCEIVER_SATURATED_PCT = 95.0  # of its core: the step is the transceiver's l
 CLIENTS_SATURATED_PCT = 90.0  # busy time of the callers' CPUs: the callers may be the limit
 FIRST_TONE_HZ = 300  # call i sends FIRST_TONE_HZ + i * TONE_STEP_HZ (whole Hz: OpusToneTrack)
 TONE_STEP_HZ = 60  # > one Goertzel bin (50 Hz over a 20 ms frame): neighbours stay apart
+DISTURBED_PCT = 10.0  # others' work on our CPUs, % of a core, that earns a step a second try
 STEP_OVERHEAD_S = 40.0  # worst case of a step besides its window: connect, settle, hang up
 
 
@@ -72,7 +73,8 @@ class BenchConfig:
     window_s: float = 10.0
     settle_s: float = 2.0  # between "all connected" and the window: first echoes arrive
     idle_s: float = 2.0  # the transceiver's CPU with no session, before the first step
-    calls_per_worker: int = 8
+    calls_per_worker: int = 10
+    retries: int = 1  # of a step disturbed by others' work on the machine (``disturbed``)
     connect_timeout_s: float = 15.0
     drain_timeout_s: float = 15.0  # for sessions_active to return to 0 after a step
     max_seconds: float = 300.0
@@ -96,7 +98,8 @@ class EchoCall:
         self.id = call_id
         self.hz = hz
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.pc.addTrack(OpusToneTrack(packets))
+        self.tone = OpusToneTrack(packets)
+        self.pc.addTrack(self.tone)
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.pc.createDataChannel("events")
         self.echo = EchoCounter(hz)
@@ -146,7 +149,7 @@ class EchoCall:
 
     def counters(self) -> list[int]:
         e = self.echo
-        return [e.packets_received, e.packets_expected, e.audio_frames]
+        return [e.packets_received, e.packets_expected, e.audio_frames, self.tone.frames_sent]
 
     async def hang_up(self, http: Any, url: str, timeout_s: float) -> None:
         try:
@@ -367,16 +370,29 @@ class Snapshot:
     workers_ns: int
     workers_wait_ns: int
     relay_ns: int
+    own_ns: int  # this process and the relay's supervisor: our other work on the callers' CPUs
     idle_s: dict[int, float]
     frames_in: float
     frames_out: float
+    transceiver_socket_drops: int
+    relay_drops: float
 
     @staticmethod
     def take(
-        trx: TransceiverProcess, workers: list[WorkerProcess], relay_pids: list[int]
+        trx: TransceiverProcess,
+        workers: list[WorkerProcess],
+        relay: RelayProcess,
+        relay_pids: list[int],
     ) -> Snapshot:
         assert trx.proc is not None
-        text = trx.http("/metrics")[1]
+        # An overloaded transceiver may not answer its HTTP port in time: the frame counters
+        # are then unknown (NaN), the CPU figures still come from /proc.
+        text = ""
+        with contextlib.suppress(OSError):
+            text = trx.http("/metrics")[1]
+        relay_drops = math.nan
+        with contextlib.suppress(OSError):
+            relay_drops = relay.metric("rtcedge_relay_dropped_packets_total")
         trx_ns, trx_wait_ns = process_cpu_ns(trx.proc.pid)
         per_worker = [process_cpu_ns(w.pid) for w in workers]
         return Snapshot(
@@ -387,12 +403,20 @@ class Snapshot:
             workers_ns=sum(on for on, _ in per_worker),
             workers_wait_ns=sum(wait for _, wait in per_worker),
             relay_ns=sum(cpu_ns(p) for p in relay_pids),
+            own_ns=process_cpu_ns(os.getpid())[0]
+            + (process_cpu_ns(relay.proc.pid)[0] if relay.proc else 0),
             idle_s=cpu_idle_s(),
-            frames_in=metric_value(text, "rtcedge_transceiver_audio_frames_total", direction="in"),
-            frames_out=metric_value(
-                text, "rtcedge_transceiver_audio_frames_total", direction="out"
-            ),
+            frames_in=_frames(text, "in"),
+            frames_out=_frames(text, "out"),
+            transceiver_socket_drops=udp_drops(trx.media_port),
+            relay_drops=relay_drops,
         )
+
+
+def _frames(metrics_text: str, direction: str) -> float:
+    if not metrics_text:
+        return math.nan
+    return metric_value(metrics_text, "rtcedge_transceiver_audio_frames_total", direction=direction)
 
 
 def busy_pct(a: Snapshot, b: Snapshot, cpus: set[int]) -> float:
@@ -406,6 +430,7 @@ def busy_pct(a: Snapshot, b: Snapshot, cpus: set[int]) -> float:
 @dataclass
 class Step:
     sessions: int
+    attempt: int = 1
     connected: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
@@ -426,10 +451,26 @@ class Step:
     clients_wait_pct: float = math.nan
     clients_cores_busy_pct: float = math.nan  # everything on the callers' CPUs, % of one core
     relay_cpu_pct: float = math.nan
+    # Busy time on our CPUs that none of our processes used: the shared machine's other work.
+    others_on_transceiver_core_pct: float = math.nan
+    others_on_callers_cores_pct: float = math.nan
+    # Where frames went missing: sent by the callers, decoded by the transceiver, echoed.
+    callers_sent_per_s: float = math.nan
     transceiver_frames_in_per_s: float = math.nan
     transceiver_frames_out_per_s: float = math.nan
+    transceiver_socket_drops: int = 0  # kernel drops at its UDP socket (it did not read in time)
+    # Echo delay added by the transceiver's playback queue, mean per session, at the window's
+    # start and end (its audio_frames in - out counters); and per call, how much later the
+    # echo got over the window (frames sent - frames heard back).
+    echo_queue_ms: dict[str, float] = field(default_factory=dict)
+    echo_lag_growth_ms: dict[str, float] = field(default_factory=dict)
+    echo_lag_ms: dict[str, float] = field(default_factory=dict)
+    relay_drops: float = 0.0
     sessions_active_after: float = math.nan
-    limit: str = ""  # "transceiver", "clients" or "" (neither saturated)
+    # Who ran out: "transceiver" (its core full, or it decoded fewer frames than were sent),
+    # "callers" (their CPUs full, or they sent late), "transceiver+callers", or "".
+    limit: str = ""
+    limit_evidence: list[str] = field(default_factory=list)
     ok: bool = False
     stop_reason: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -445,6 +486,7 @@ def run_step(
     cfg: BenchConfig,
     trx: TransceiverProcess,
     workers: list[WorkerProcess],
+    relay: RelayProcess,
     relay_pids: list[int],
     cpus: dict[str, set[int]],
 ) -> Step:
@@ -456,6 +498,7 @@ def run_step(
         shares[i % len(workers)].append([i, FIRST_TONE_HZ + TONE_STEP_HZ * i])
     active = [(w, share) for w, share in zip(workers, shares, strict=True) if share]
     busy = [w for w, _ in active]
+    base = Snapshot.take(trx, workers, relay, relay_pids)  # the frame counters before the calls
     try:
         for w, share in active:
             w.send(
@@ -476,16 +519,16 @@ def run_step(
         else:
             time.sleep(cfg.settle_s)
             pin_process(trx.proc.pid, cpus["transceiver"])  # threads started by the new calls
-            a = Snapshot.take(trx, workers, relay_pids)
+            a = Snapshot.take(trx, workers, relay, relay_pids)
             for w in busy:
                 w.send({"cmd": "mark"})
             marks_a = collect(busy, "mark", 10)
             time.sleep(cfg.window_s)
-            b = Snapshot.take(trx, workers, relay_pids)
+            b = Snapshot.take(trx, workers, relay, relay_pids)
             for w in busy:
                 w.send({"cmd": "mark"})
             marks_b = collect(busy, "mark", 10)
-            measure(step, calls, marks_a, marks_b, a, b, cpus, cfg)
+            measure(step, calls, marks_a, marks_b, base, a, b, cpus)
     finally:
         for w in busy:
             with contextlib.suppress(OSError, ValueError):
@@ -507,22 +550,28 @@ def measure(
     calls: dict[int, dict[str, Any]],
     marks_a: list[dict[str, Any]],
     marks_b: list[dict[str, Any]],
+    base: Snapshot,
     a: Snapshot,
     b: Snapshot,
     cpus: dict[str, set[int]],
-    cfg: BenchConfig,
 ) -> None:
     """Per call: frames and RTP packets between its worker's two marks; for the processes: CPU
     time between the two snapshots."""
     for ma, mb in zip(marks_a, marks_b, strict=True):
         window_s = mb["t"] - ma["t"]
-        for key, (recv_a, exp_a, audio_a) in ma["calls"].items():
-            recv_b, exp_b, audio_b = mb["calls"][key]
+        for key, (recv_a, exp_a, audio_a, sent_a) in ma["calls"].items():
+            recv_b, exp_b, audio_b, sent_b = mb["calls"][key]
             expected_frames = window_s / FRAME_S
             rtp_expected = exp_b - exp_a
             calls[int(key)].update(
                 window_s=window_s,
+                sent_frames=sent_b - sent_a,
                 echo_frames=audio_b - audio_a,
+                # Frames sent but not (yet) heard back: how much later the echo got over the
+                # window, and how late it was at the window's end (since the call began: an
+                # upper bound, it counts frames lost before the first echo too).
+                echo_lag_growth_ms=1000 * FRAME_S * ((sent_b - sent_a) - (audio_b - audio_a)),
+                echo_lag_ms=1000 * FRAME_S * (sent_b - audio_b),
                 expected_frames=expected_frames,
                 frame_loss_pct=100.0 * (1 - (audio_b - audio_a) / expected_frames),
                 rtp_packets=recv_b - recv_a,
@@ -545,12 +594,61 @@ def measure(
     step.clients_wait_pct = 100.0 * (b.workers_wait_ns - a.workers_wait_ns) / 1e9 / wall_s
     step.clients_cores_busy_pct = busy_pct(a, b, cpus["clients"])
     step.relay_cpu_pct = 100.0 * (b.relay_ns - a.relay_ns) / 1e9 / wall_s
+    own_pct = 100.0 * (b.own_ns - a.own_ns) / 1e9 / wall_s
+    step.others_on_transceiver_core_pct = max(
+        0.0, step.transceiver_core_busy_pct - step.transceiver_cpu_pct
+    )
+    step.others_on_callers_cores_pct = max(
+        0.0, step.clients_cores_busy_pct - step.clients_cpu_pct - step.relay_cpu_pct - own_pct
+    )
+    step.callers_sent_per_s = sum(
+        c["sent_frames"] / c["window_s"] for c in calls.values() if "sent_frames" in c
+    )
     step.transceiver_frames_in_per_s = (b.frames_in - a.frames_in) / wall_s
     step.transceiver_frames_out_per_s = (b.frames_out - a.frames_out) / wall_s
+    step.transceiver_socket_drops = b.transceiver_socket_drops - a.transceiver_socket_drops
+    # Every frame the echo backend takes in is queued for playback until the paced outbound
+    # track takes it: decoded-in minus played-out since the calls began is that queue.
+    for name, snap in (("start", a), ("end", b)):
+        queued = (snap.frames_in - base.frames_in) - (snap.frames_out - base.frames_out)
+        step.echo_queue_ms[name] = 1000 * FRAME_S * queued / step.sessions
+    growth = sorted(c["echo_lag_growth_ms"] for c in calls.values() if "echo_lag_growth_ms" in c)
+    if growth:
+        step.echo_lag_growth_ms = {"median": statistics.median(growth), "worst": growth[-1]}
+    lag = sorted(c["echo_lag_ms"] for c in calls.values() if "echo_lag_ms" in c)
+    if lag:
+        step.echo_lag_ms = {"median": statistics.median(lag), "worst": lag[-1]}
+    step.relay_drops = b.relay_drops - a.relay_drops
+    attribute_limit(step, len(cpus["clients"]))
+
+
+def attribute_limit(step: Step, client_cores: int) -> None:
+    """Name what ran out, from evidence that does not depend on the loss itself."""
+    evidence: dict[str, list[str]] = {"transceiver": [], "callers": []}
+    planned = step.sessions / FRAME_S
     if step.transceiver_cpu_pct >= TRANSCEIVER_SATURATED_PCT:
-        step.limit = "transceiver"
-    elif step.clients_cores_busy_pct >= CLIENTS_SATURATED_PCT * len(cpus["clients"]):
-        step.limit = "clients"
+        evidence["transceiver"].append(f"it used {step.transceiver_cpu_pct:.0f}% of its core")
+    elif step.transceiver_core_busy_pct >= TRANSCEIVER_SATURATED_PCT:
+        evidence["transceiver"].append(
+            f"its core was {step.transceiver_core_busy_pct:.0f}% busy (others' work included)"
+        )
+    if step.transceiver_frames_in_per_s < 0.99 * step.callers_sent_per_s:
+        evidence["transceiver"].append(
+            f"it decoded {step.transceiver_frames_in_per_s:.0f} of the "
+            f"{step.callers_sent_per_s:.0f} frames/s sent"
+        )
+    if step.transceiver_socket_drops:
+        evidence["transceiver"].append(f"{step.transceiver_socket_drops} drops at its socket")
+    if step.clients_cores_busy_pct >= CLIENTS_SATURATED_PCT * client_cores:
+        evidence["callers"].append(
+            f"their CPU was {step.clients_cores_busy_pct:.0f}% busy (relay, others included)"
+        )
+    if step.callers_sent_per_s < 0.99 * planned:
+        evidence["callers"].append(
+            f"they sent {step.callers_sent_per_s:.0f} of {planned:.0f} frames/s on time"
+        )
+    step.limit = "+".join(k for k, v in evidence.items() if v)
+    step.limit_evidence = [f"{k}: {e}" for k, v in evidence.items() for e in v]
 
 
 def finish(step: Step, calls: dict[int, dict[str, Any]], cfg: BenchConfig) -> None:
@@ -589,10 +687,22 @@ def finish(step: Step, calls: dict[int, dict[str, Any]], cfg: BenchConfig) -> No
     elif step.calls_over_loss:
         step.stop_reason = (
             f"{step.calls_over_loss} calls lost >= {cfg.max_loss_pct:g}% of their frames"
-            + (f" ({step.limit} saturated)" if step.limit else "")
+            + (f" (limit: {step.limit})" if step.limit else "")
         )
-    elif step.limit == "transceiver":
+    elif step.transceiver_cpu_pct >= TRANSCEIVER_SATURATED_PCT:
         step.stop_reason = f"transceiver at {step.transceiver_cpu_pct:.0f}% of its core"
+
+
+def disturbed(step: Step) -> bool:
+    """A step that lost frames while the shared machine's other work took a real share of our
+    CPUs deserves a second attempt; connect failures and cross-talk never do."""
+    return (
+        step.failed == 0
+        and step.calls_hearing_others == 0
+        and step.calls_without_echo == 0
+        and max(step.others_on_transceiver_core_pct, step.others_on_callers_cores_pct)
+        >= DISTURBED_PCT
+    )
 
 
 def wait_sessions_ended(trx: TransceiverProcess, timeout_s: float) -> float:
@@ -696,29 +806,44 @@ def _run(
     )
 
     # The transceiver's own cost with no session: HTTP server, watchdog, timers.
-    idle_a = Snapshot.take(trx, workers, relay_pids)
+    idle_a = Snapshot.take(trx, workers, relay, relay_pids)
     time.sleep(cfg.idle_s)
-    idle_b = Snapshot.take(trx, workers, relay_pids)
+    idle_b = Snapshot.take(trx, workers, relay, relay_pids)
     idle_wall_s = idle_b.t - idle_a.t
     idle_pct = 100.0 * (idle_b.transceiver_ns - idle_a.transceiver_ns) / 1e9 / idle_wall_s
     echo(f"transceiver idle: {idle_pct:.2f}% of a core")
 
     steps: list[Step] = []
+    stop = False
     for n in cfg.sessions:
-        left_s = deadline - time.monotonic()
-        if left_s < cfg.window_s + cfg.settle_s + STEP_OVERHEAD_S:
-            notes.append(f"steps from N={n} skipped: the run's deadline ({cfg.max_seconds:.0f} s)")
-            break
-        try:
-            step = run_step(n, cfg, trx, workers, relay_pids, cpus)
-        except RuntimeError as exc:  # a worker stopped answering: report what was measured
-            notes.append(f"step N={n} aborted: {exc}")
-            echo(f"stopping: step N={n} aborted: {exc}")
-            break
-        steps.append(step)
-        echo(step_line(step))
-        if not step.ok or step.stop_reason:
+        for attempt in range(1, cfg.retries + 2):
+            if deadline - time.monotonic() < cfg.window_s + cfg.settle_s + STEP_OVERHEAD_S:
+                notes.append(f"stopped before N={n}: the run's deadline ({cfg.max_seconds:.0f} s)")
+                stop = True
+                break
+            try:
+                step = run_step(n, cfg, trx, workers, relay, relay_pids, cpus)
+            except (RuntimeError, OSError) as exc:  # report what was measured so far
+                notes.append(f"step N={n} aborted: {exc}")
+                echo(f"stopping: step N={n} aborted: {exc}")
+                stop = True
+                break
+            step.attempt = attempt
+            steps.append(step)
+            echo(step_line(step))
+            if step.ok and not step.stop_reason:
+                break
+            if attempt <= cfg.retries and disturbed(step):
+                echo(
+                    f"repeating N={n}: others' work took "
+                    f"{step.others_on_transceiver_core_pct:.0f}% of the transceiver's core and "
+                    f"{step.others_on_callers_cores_pct:.0f}% of the callers' (a shared machine)"
+                )
+                continue
             echo(f"stopping: {step.stop_reason}")
+            stop = True
+            break
+        if stop:
             break
         affinities = thread_affinities(trx.proc.pid)
         if affinities != {frozenset(trx_cpus)}:
@@ -789,16 +914,16 @@ def summarize(result: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
             f"transceiver at {s['transceiver_cpu_pct']:.0f}% of the core",
         }
         return out
-    failed = next((s for s in steps if not s["ok"]), None)
+    failed = steps[-1] if steps and not steps[-1]["ok"] else None  # what ended the series
     derived = out["sessions_per_core_derived"]
-    if best is not None and failed is not None and failed["limit"] == "clients" and derived:
+    if best is not None and failed is not None and failed["limit"] == "callers" and derived:
         # The transceiver had room: the callers' CPU ran out first.
         out["criterion"] = {
             "name": name,
             "basis": "derived",
             "pass": derived >= TARGET_SESSIONS_PER_CORE,
             "detail": f"not measured at N>={TARGET_SESSIONS_PER_CORE}: at N={failed['sessions']} "
-            f"the callers' CPU was the limit ({failed['clients_cores_busy_pct']:.0f}% busy); "
+            f"the callers, not the transceiver, ran out ({'; '.join(failed['limit_evidence'])}); "
             f"derived 100 / {best['cpu_per_session_pct']:.2f}% CPU per session at "
             f"N={best['sessions']} = {derived:.1f} sessions per core",
         }
@@ -825,26 +950,29 @@ def _f(value: Any, pattern: str = "{:.0f}") -> str:
 def step_line(s: Step | dict[str, Any]) -> str:
     d = asdict(s) if isinstance(s, Step) else s
     loss, rtp = d["frame_loss_pct"], d["rtp_loss_pct"]
+    n = f"{d['sessions']}" + ("" if d["attempt"] == 1 else f"#{d['attempt']}")
     return (
-        f"{d['sessions']:>4} {d['connected']:>5}  "
+        f"{n:>5} {d['connected']:>4} "
         f"{_f(d['connect_ms'].get('p50')):>5}/{_f(d['connect_ms'].get('p95')):<5} "
         f"{_f(d['first_echo_ms'].get('p50')):>5}/{_f(d['first_echo_ms'].get('p95')):<5} "
-        f"{_f(loss.get('median'), '{:.2f}'):>6}/{_f(loss.get('worst'), '{:.2f}'):<6} "
+        f"{_f(loss.get('median'), '{:.2f}'):>6}/{_f(loss.get('worst'), '{:.2f}'):<6}"
         f"{_f(rtp.get('worst'), '{:.2f}'):>6} "
+        f"{_f(d['echo_queue_ms'].get('end')):>6} "
         f"{_f(d['transceiver_cpu_pct'], '{:.1f}'):>6} {_f(d['cpu_per_session_pct'], '{:.2f}'):>6} "
-        f"{_f(d['transceiver_core_busy_pct'], '{:.0f}'):>5} "
-        f"{_f(d['clients_cpu_pct'], '{:.0f}'):>5} {_f(d['clients_cores_busy_pct'], '{:.0f}'):>5} "
-        f"{_f(d['relay_cpu_pct'], '{:.1f}'):>5}  "
-        + ("ok" if d["ok"] else "STOP")
-        + (f" ({d['limit']} saturated)" if d["limit"] else "")
+        f"{_f(d['clients_cpu_pct'], '{:.0f}'):>7} {_f(d['relay_cpu_pct'], '{:.0f}'):>5} "
+        f"{_f(d['others_on_transceiver_core_pct'], '{:.0f}'):>5}/"
+        f"{_f(d['others_on_callers_cores_pct'], '{:.0f}'):<5} "
+        + ("ok" if d["ok"] else "FAIL")
+        + (f" (limit: {d['limit']})" if d["limit"] else "")
     )
 
 
 HEADER = (
-    "   N conn.  connect ms  1st echo ms loss % med/worst RTP % trx CPU /sess. core0 "
-    "calls  core1 relay\n"
-    "                p50/p95     p50/p95                  worst  %core  %core busy%  "
-    "%core busy%  %core"
+    f"{'N':>5} {'conn':>4} {'connect ms':^12}{'1st echo ms':^12}{'frame loss %':^13}"
+    f"{'RTP %':>6} {'queue':>6} {'trx':>6} {'CPU/':>6} {'callers':>7} {'relay':>5} {'others':^11}\n"
+    f"{'':>5} {'':>4} {'p50/p95':^12}{'p50/p95':^12}{'med/worst':^13}"
+    f"{'worst':>6} {'ms':>6} {'%core':>6} {'sess.':>6} {'%core':>7} {'%core':>5} "
+    f"{'c0/c1 %core':^11}"
 )
 
 
@@ -859,9 +987,19 @@ def print_report(result: dict[str, Any], echo: Callable[[str], None]) -> None:
     echo(HEADER)
     for s in result["steps"]:
         echo(step_line(s))
+    for s in result["steps"]:
+        if s["limit_evidence"]:
+            echo(f"N={s['sessions']} limit evidence: {'; '.join(s['limit_evidence'])}")
+        if s["errors"]:
+            echo(f"N={s['sessions']} errors: {'; '.join(s['errors'])}")
     echo(
-        "core0 busy% / core1 busy%: everything on that CPU (/proc/stat), other users' work "
-        "included; trx CPU and calls %core: those processes only."
+        "queue ms: echo waiting in the transceiver's playback queues at the window's end, mean "
+        "per session (its audio_frames in - out counters since the calls began)"
+    )
+    echo(
+        "%core: CPU time of those processes (all threads, /proc/<pid>/task/*/schedstat) in % of "
+        "one core; others c0/c1: busy time of the transceiver's / the callers' CPUs (/proc/stat) "
+        "that none of ours used; N#2: a second attempt of a step disturbed by others' work."
     )
     summary = result["summary"]
     echo(f"transceiver idle (no session): {result['transceiver_idle_cpu_pct']:.2f}% of a core")
@@ -887,8 +1025,20 @@ def write_json(result: dict[str, Any], out_dir: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = directory / f"sessions-{stamp}.json"
-    path.write_text(json.dumps(result, indent=2, sort_keys=True, default=_json_default) + "\n")
+    text = json.dumps(_finite(result), indent=2, sort_keys=True, default=_json_default)
+    path.write_text(text + "\n")
     return path
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities (figures that could not be measured) as JSON null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
@@ -936,7 +1086,7 @@ writes the JSON result, and exits 0 whatever the figures are.
 @click.option(
     "--calls-per-worker",
     type=click.IntRange(min=1, max=50),
-    default=8,
+    default=10,
     show_default=True,
     help="Calls per caller process (each runs one asyncio loop).",
 )
@@ -955,6 +1105,13 @@ writes the JSON result, and exits 0 whatever the figures are.
     show_default=True,
     help="Folder for the JSON result.",
 )
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0, max=3),
+    default=1,
+    show_default=True,
+    help="Repeats of a step that lost frames while others' work took >= 10% of one of our CPUs.",
+)
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -962,6 +1119,7 @@ def sessions_bench(
     calls_per_worker: int,
     max_seconds: float,
     out_dir: str,
+    retries: int,
     quick: bool,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
@@ -973,6 +1131,7 @@ def sessions_bench(
             idle_s=0.5,
             calls_per_worker=calls_per_worker,
             max_seconds=min(max_seconds, 80.0),
+            retries=0,
             out_dir=out_dir,
         )
     else:
@@ -981,6 +1140,7 @@ def sessions_bench(
             window_s=seconds,
             calls_per_worker=calls_per_worker,
             max_seconds=max_seconds,
+            retries=retries,
             out_dir=out_dir,
         )
     # SIGTERM unwinds like Ctrl-C, so that every process started here is stopped by PID.

@@ -130,6 +130,11 @@ class OpusToneTrack(MediaStreamTrack):
         self._count = 0
         self._start: float | None = None
 
+    @property
+    def frames_sent(self) -> int:
+        """Packets handed to the sender so far (it falls behind when its event loop does)."""
+        return self._count
+
     async def recv(self) -> av.Packet:  # type: ignore[override]
         if self.readyState != "live":
             raise MediaStreamError

@@ -8,10 +8,13 @@ Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named her
    peer that proved it knows the session's credentials);
 3. else: dropped, with a reason.
 
-A session may be reached at several client addresses over its life (NAT rebinding, a new relay);
-replies always go to the newest address that passed a check ("latching"), through the relay it
-was last heard through (any packet of the latched address moves the relay: a replaced relay is
-followed at once), or directly when the client talks to the socket without a relay.
+A session may be reached at several client addresses over its life (several client candidates
+during ICE checks, NAT rebinding, a new relay). STUN goes back to the address it answers (if that
+address authenticated for the session); media and DTLS go to the newest address that passed a
+check ("latching"), through the relay it was last heard through (any packet of the latched
+address moves the relay: a replaced relay is followed at once), or directly when the client
+talks to the socket without a relay. At most ``MAX_ADDRESSES`` are kept per session, oldest
+dropped first.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from common import stun
 
 Addr = tuple[str, int]
 S = TypeVar("S")
+MAX_ADDRESSES = 8
 
 
 @dataclass
@@ -44,7 +48,7 @@ class Route(Generic[S]):
 class _Entry(Generic[S]):
     session: S
     password: bytes
-    addresses: set[Addr] = field(default_factory=set)
+    addresses: dict[Addr, Addr | None] = field(default_factory=dict)  # client -> its relay
     path: Path | None = None
 
 
@@ -87,9 +91,11 @@ class Demux(Generic[S]):
                 # at once. Relays are trusted and forward only what that address really sent.
                 if path.relay != relay:
                     entry.path = Path(client, relay)
+                    entry.addresses[client] = relay
             elif data[:1] and data[0] < 4 and self._authenticated(data, entry):
                 # An older address of the session: only an authenticated check moves back to it.
                 entry.path = Path(client, relay)
+                entry.addresses[client] = relay
             return Route(entry.session)
         if not data or data[0] > 3:
             return Route(None, "unknown_address")
@@ -102,7 +108,10 @@ class Demux(Generic[S]):
             return Route(None, "unknown_ufrag")
         if not self._authenticated(data, entry):
             return Route(None, "bad_integrity")
-        entry.addresses.add(client)
+        entry.addresses.pop(client, None)
+        entry.addresses[client] = relay
+        if len(entry.addresses) > MAX_ADDRESSES:
+            self._forget(entry, next(iter(entry.addresses)))
         self._by_addr[client] = entry
         entry.path = Path(client, relay)
         return Route(entry.session, learned=True)
@@ -119,10 +128,20 @@ class Demux(Generic[S]):
         entry = self._by_ufrag.get(ufrag)
         return entry.path if entry else None
 
+    def path_to(self, ufrag: str, client: Addr) -> Path | None:
+        """The way to one authenticated address of the session (for STUN replies), else None."""
+        entry = self._by_ufrag.get(ufrag)
+        if entry is None or client not in entry.addresses:
+            return None
+        return Path(client, entry.addresses[client])
+
     def forget_address(self, ufrag: str, client: Addr) -> None:
         """Drop a stale client address of a session (after it moved)."""
         entry = self._by_ufrag.get(ufrag)
         if entry is not None and client in entry.addresses:
-            entry.addresses.discard(client)
-            if self._by_addr.get(client) is entry:
-                del self._by_addr[client]
+            self._forget(entry, client)
+
+    def _forget(self, entry: _Entry[S], client: Addr) -> None:
+        del entry.addresses[client]
+        if self._by_addr.get(client) is entry:
+            del self._by_addr[client]

@@ -25,7 +25,7 @@ from typing import Any
 import aioice
 import aiortc
 from aioice.candidate import Candidate, candidate_foundation, candidate_priority
-from aioice.ice import StunProtocol
+from aioice.ice import CandidatePair, StunProtocol
 
 Addr = tuple[str, int]
 
@@ -56,7 +56,7 @@ def check_versions() -> None:
 class VirtualTransport(asyncio.DatagramTransport):
     """What aioice's StunProtocol sees as its socket: writes go through the shared socket."""
 
-    def __init__(self, send: Callable[[bytes], None], local: Addr) -> None:
+    def __init__(self, send: Callable[[bytes, Addr | None], None], local: Addr) -> None:
         super().__init__()
         self._send = send
         self._local = local
@@ -64,10 +64,10 @@ class VirtualTransport(asyncio.DatagramTransport):
         self._closing = False
 
     def sendto(self, data: Any, addr: Any = None) -> None:
-        # The destination is the session's latched path (see transceiver.demux), not ``addr``:
-        # aioice only ever addresses the peer-reflexive address it learned from that path.
+        # The shared socket decides the way out (transceiver.demux): STUN to ``addr`` if it
+        # authenticated for this session, everything else along the session's latched path.
         if not self._closing:
-            self._send(bytes(data))
+            self._send(bytes(data), (addr[0], addr[1]) if addr else None)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._local if name == "sockname" else default
@@ -88,7 +88,13 @@ class VirtualTransport(asyncio.DatagramTransport):
 class SharedSocketConnection(aioice.Connection):
     """An aioice Connection whose one candidate is the relay's address on the shared socket."""
 
-    def __init__(self, ufrag: str, password: str, advertised: Addr, send: Callable[[bytes], None]):
+    def __init__(
+        self,
+        ufrag: str,
+        password: str,
+        advertised: Addr,
+        send: Callable[[bytes, Addr | None], None],
+    ):
         super().__init__(ice_controlling=False, local_username=ufrag, local_password=password)
         self._advertised = advertised
         self._send_datagram = send
@@ -121,6 +127,22 @@ class SharedSocketConnection(aioice.Connection):
         self._protocols.append(protocol)
         self.protocol = protocol
         return [protocol.local_candidate]
+
+    def check_complete(self, pair: CandidatePair) -> None:
+        """aioice's bookkeeping, plus latching (DESIGN.md): once the session is connected, a pair
+        that has just succeeded toward a new client address (NAT rebinding, another client
+        interface) becomes the one media and consent checks use. Without this aioice keeps
+        sending, and checking consent, toward the dead address until consent expires."""
+        super().check_complete(pair)
+        current = self._nominated.get(pair.component)
+        if (
+            current is not None
+            and pair is not current
+            and pair.state == CandidatePair.State.SUCCEEDED
+            and pair.remote_addr != current.remote_addr
+        ):
+            pair.nominated = True
+            self._nominated[pair.component] = pair
 
     async def add_remote_candidate(self, remote_candidate: Candidate | None) -> None:
         """Ignore the client's candidates, end-of-candidates included.

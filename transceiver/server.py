@@ -88,9 +88,13 @@ class MediaSocket(asyncio.DatagramProtocol):
             log.exception("session %s rejected a datagram", route.session.id)
             self._drop("session_error")
 
-    def send(self, ufrag: str, data: bytes) -> None:
-        """Send a session's datagram to its client along the newest authenticated path."""
-        path = self.demux.path(ufrag)
+    def send(self, ufrag: str, data: bytes, to: tuple[str, int] | None = None) -> None:
+        """Send a session's datagram: STUN to the authenticated address ``to`` it answers or
+        checks, anything else along the newest authenticated path."""
+        if to is not None and data[:1] and data[0] < 4:
+            path = self.demux.path_to(ufrag, to)
+        else:
+            path = self.demux.path(ufrag)
         if path is None or self.transport is None:
             self._drop("no_path")
             return

@@ -50,7 +50,7 @@ class Session:
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
         self.ice = SharedSocketConnection(
-            ufrag, password, cfg.advertise, send=lambda data: server.media.send(ufrag, data)
+            ufrag, password, cfg.advertise, send=lambda data, to: server.media.send(ufrag, data, to)
         )
         self.out_track = BackendAudioTrack(
             on_frame_out=server.metrics.audio_frames.labels("out").inc

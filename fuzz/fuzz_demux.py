@@ -1,0 +1,106 @@
+"""Target ``demux``: the transceiver's demultiplexer as a plain object (transceiver.demux).
+
+``Demux.route(data, client, relay)`` with three sessions, driven by a script (fuzz.script) that
+also ends and restarts sessions and forgets addresses. Findings: any exception; a datagram routed
+to a session its client address was not proven for (model in fuzz.script); ``learned`` on a
+datagram that proves nothing for that session; a drop without a known reason; a latched path or
+a ``path_to`` answer that no check established; a removed session still reachable.
+"""
+
+from __future__ import annotations
+
+import atheris
+
+from fuzz.harness import main, require
+
+with atheris.instrument_imports(include=["common", "transceiver.demux"]):
+    from transceiver.demux import Demux
+
+from fuzz import script  # after the modules under test: it imports common
+
+DROP_REASONS = {"unknown_address", "not_a_check", "unknown_ufrag", "bad_integrity"}
+
+
+def relay_key(addr: tuple | None) -> script.AddrKey | None:
+    return script.addr_key(addr) if addr is not None else None
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.slots = script.make_slots()
+        self.demux: Demux[object] = Demux()
+        for slot in self.slots:
+            self.register(slot)
+
+    def register(self, slot: script.Slot) -> None:
+        slot.session = object()
+        self.demux.add(slot.ufrag, slot.password, slot.session)
+
+    def run_step(self, step: script.Step) -> None:
+        if step.kind == script.CONTROL:
+            self.control(step)
+        else:
+            self.route(step)
+        for slot in self.slots:
+            require((slot.ufrag in self.demux) == slot.present, "membership")
+            path = self.demux.path(slot.ufrag)
+            if not slot.present:
+                require(path is None, "a removed session still has a path")
+            elif path is not None:
+                client, relay = script.addr_key(path.client), relay_key(path.relay)
+                allowed = script.path_allowed(slot, client, relay)
+                require(allowed, f"session {slot.index} latched to {path} without a check")
+        require(len(self.demux) == sum(s.present for s in self.slots), "len()")
+
+    def control(self, step: script.Step) -> None:
+        slot = self.slots[step.arg % len(self.slots)]
+        action = (step.arg >> 2) & 3
+        client = script.SOURCES[step.source][:2]
+        if action == script.REMOVE:
+            self.demux.remove(slot.ufrag)
+            slot.present = False
+        elif action == script.READD and not slot.present:
+            slot.renew()
+            self.register(slot)
+        elif action == script.FORGET:
+            self.demux.forget_address(slot.ufrag, client)
+            key = script.addr_key(client)
+            slot.proven = {(c, r) for c, r in slot.proven if c != key}
+        else:
+            path = self.demux.path_to(slot.ufrag, client)
+            if path is not None:
+                require(slot.present, "path_to answers for a removed session")
+                require(script.addr_key(path.client) == script.addr_key(client), "path_to client")
+                relay = relay_key(path.relay)
+                allowed = script.may_send(slot, script.addr_key(client), relay)
+                require(allowed, f"path_to gives {path}, never authenticated")
+
+    def route(self, step: script.Step) -> None:
+        payload = step.body if step.kind == script.RAW else script.stun_payload(step, self.slots)
+        client = script.SOURCES[step.source][:2]
+        relay = script.RELAYS[step.relay] if step.relay is not None else None
+        key = (script.addr_key(client), relay_key(relay))
+        script.learn(self.slots, payload, key)
+        result = self.demux.route(payload, client, relay)
+        if result.session is None:
+            require(result.reason in DROP_REASONS, f"unknown reason {result.reason!r}")
+            require(not result.learned, "learned and dropped")
+            return
+        owners = [s for s in self.slots if s.present and s.session is result.session]
+        require(len(owners) == 1, "routed to a session that is not registered")
+        slot = owners[0]
+        require(key[0] in slot.clients(), f"routed to session {slot.index} unproven")
+        if result.learned:
+            require(key in slot.proven, "learned from a datagram that proves nothing")
+            path = self.demux.path(slot.ufrag)
+            require(path is not None and path.client == client and path.relay == relay, "latch")
+
+
+def test_one_input(data: bytes) -> None:
+    harness = Harness()
+    for step in script.steps(data):
+        harness.run_step(step)
+
+
+if __name__ == "__main__":
+    main(test_one_input)

@@ -1,0 +1,204 @@
+"""Target ``media_socket``: the transceiver's datagram entry point, ``MediaSocket``.
+
+A real ``Demux`` and ``TransceiverMetrics`` behind ``MediaSocket.datagram_received`` (relay
+decapsulation, strict STUN parse, demultiplexing, delivery), three stand-in sessions whose ICE
+agent records what it gets and answers through ``MediaSocket.send``, and a transport that records
+``sendto``. The input is a script (fuzz.script): which source, relay or direct, what payload.
+
+Findings: an exception escaping ``datagram_received`` or ``send``; a datagram neither delivered
+once nor dropped once; a delivery to a session its client address was not proven for (model in
+fuzz.script), or of other bytes than the decapsulated payload; a datagram sent along a (client,
+relay) pair never proven for the sending session.
+
+Observation (recorded, not a crash): what aioice's STUN parser raises, other than ValueError, on
+a payload MediaSocket delivers to a session. The stand-in runs aioice's parser exactly where the
+real session's ``StunProtocol`` would, and raises what it raises, as the real one would.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import atheris
+
+from fuzz.harness import Observations, main, require
+
+with atheris.instrument_imports(
+    include=["common", "transceiver.demux", "transceiver.server", "aioice.stun"]
+):
+    from aioice import stun as aioice_stun
+
+    from common import encap
+    from transceiver.demux import Demux
+    from transceiver.metrics import TransceiverMetrics
+    from transceiver.server import MediaSocket
+
+from fuzz import script  # after the modules under test: it imports common
+
+DROP_REASONS = {
+    "encap_malformed",
+    "empty",
+    "stun_malformed",
+    "unknown_address",
+    "not_a_check",
+    "unknown_ufrag",
+    "bad_integrity",
+    "session_error",
+}
+METRICS = TransceiverMetrics()  # one registry per process, as in the transceiver
+observations = Observations()
+# MediaSocket logs a traceback per session error; the harness counts them instead.
+logging.getLogger("rtcedge.transceiver").disabled = True
+
+
+def media_of(slot: script.Slot) -> bytes:
+    """What a session sends along its latched path (RTP-like first byte)."""
+    return b"\x80media" + bytes([slot.index, slot.generation & 0xFF])
+
+
+def stun_of(slot: script.Slot) -> bytes:
+    """What a session sends to one address (a STUN answer or check: first byte below 4)."""
+    return b"\x01\x01stun" + bytes([slot.index, slot.generation & 0xFF])
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, tuple]] = []
+
+    def sendto(self, data: bytes, addr: tuple) -> None:
+        self.sent.append((bytes(data), addr))
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.slots = script.make_slots()
+        self.demux: Demux = Demux()
+        self.media = MediaSocket(self.demux, METRICS)
+        self.transport = Transport()
+        self.media.connection_made(self.transport)  # type: ignore[arg-type]
+        self.drops: list[str] = []
+        self.violations: list[str] = []
+        self.deliveries: list[tuple[script.Slot, bytes, tuple]] = []
+        self.current = b""
+        self.context = ""
+        drop = self.media._drop
+
+        def record_drop(reason: str) -> None:
+            self.drops.append(reason)
+            drop(reason)
+
+        self.media._drop = record_drop  # type: ignore[method-assign]
+        for slot in self.slots:
+            self.register(slot)
+
+    def register(self, slot: script.Slot) -> None:
+        generation = slot.generation
+        session_id = f"s{slot.index}g{generation}"
+
+        def datagram_received(data: bytes, addr: tuple) -> None:
+            # Not require(): MediaSocket catches every Exception a session raises.
+            if slot.generation != generation:
+                self.violations.append(f"delivered to ended session {session_id}")
+            self.deliver(slot, data, addr)
+
+        ice = SimpleNamespace(datagram_received=datagram_received)
+        slot.session = SimpleNamespace(id=session_id, ice=ice)
+        self.demux.add(slot.ufrag, slot.password, slot.session)
+
+    def deliver(self, slot: script.Slot, data: bytes, addr: tuple) -> None:
+        """The stand-in ICE agent: record, parse as aioice would, answer."""
+        self.deliveries.append((slot, bytes(data), addr))
+        if data[0] < 4:
+            try:
+                aioice_stun.parse_message(bytes(data))
+            except ValueError:
+                pass
+            except Exception as exc:
+                observations.record("aioice_raises_behind_media_socket", exc, data, self.context)
+                raise
+        if data[0] < 4:  # aioice answers a check to the address it came from
+            self.media.send(slot.ufrag, stun_of(slot), (addr[0], addr[1]))
+        self.media.send(slot.ufrag, media_of(slot))
+
+    def run_step(self, step: script.Step) -> None:
+        if step.kind == script.CONTROL:
+            self.control(step)
+        else:
+            self.datagram(step)
+        self.check_sent()
+        self.check_paths()
+
+    def control(self, step: script.Step) -> None:
+        slot = self.slots[step.arg % len(self.slots)]
+        action = (step.arg >> 2) & 3
+        if action == script.REMOVE and slot.present:
+            self.demux.remove(slot.ufrag)
+            slot.present = False
+        elif action == script.READD and not slot.present:
+            slot.renew()
+            self.register(slot)
+        elif slot.present:  # a check toward any address, then media along the path
+            self.media.send(slot.ufrag, stun_of(slot), script.SOURCES[step.source][:2])
+            self.media.send(slot.ufrag, media_of(slot))
+
+    def datagram(self, step: script.Step) -> None:
+        data, addr = script.datagram(step, self.slots)
+        self.current, self.context = data, step.describe()
+        expected = script.received(data, addr) if data else None
+        if expected is not None:
+            client, relay, payload = expected
+            script.learn(self.slots, payload, (client, relay))
+        self.drops.clear()
+        self.deliveries.clear()
+        self.media.datagram_received(data, addr)
+        require(not self.violations, "; ".join(self.violations))
+
+        errors = self.drops.count("session_error")
+        others = [r for r in self.drops if r != "session_error"]
+        require(set(self.drops) <= DROP_REASONS, f"unknown drop reasons {self.drops}")
+        if self.deliveries:
+            require(len(self.deliveries) == 1 and not others, "delivered and dropped, or twice")
+            require(errors <= 1, "more than one session error for one datagram")
+        else:
+            require(len(others) == 1 and not errors, f"not accounted exactly once: {self.drops}")
+            return
+        slot, got, client_addr = self.deliveries[0]
+        require(expected is not None, "delivered a datagram the model cannot decode")
+        client, _, payload = expected
+        require(got == payload, "delivered bytes differ from the decapsulated payload")
+        require(script.addr_key(client_addr) == client, "delivered with another client address")
+        require(slot.present and slot.session is not None, "delivered to an ended session")
+        require(client in slot.clients(), f"delivered to session {slot.index} unproven")
+
+    def check_sent(self) -> None:
+        for data, dest in self.transport.sent:
+            if data[:1] == b"\xff":
+                _, packed, port, _, offset = encap.decode_packed(data)
+                client, relay = (packed, port), script.addr_key(dest)
+            else:
+                offset, client, relay = 0, script.addr_key(dest), None
+            body = data[offset:]
+            owners = [s for s in self.slots if body in (media_of(s), stun_of(s))]
+            require(len(owners) == 1, f"sent bytes no session wrote: {data.hex()}")
+            require(script.may_send(owners[0], client, relay), f"sent to {client} via {relay}")
+        self.transport.sent.clear()
+
+    def check_paths(self) -> None:
+        for slot in self.slots:
+            path = self.demux.path(slot.ufrag) if slot.present else None
+            if path is not None:
+                client = script.addr_key(path.client)
+                relay = script.addr_key(path.relay) if path.relay is not None else None
+                allowed = script.path_allowed(slot, client, relay)
+                require(allowed, f"session {slot.index} latched to {path} without a check")
+
+
+def test_one_input(data: bytes) -> None:
+    harness = Harness()
+    for step in script.steps(data):
+        harness.run_step(step)
+
+
+if __name__ == "__main__":
+    main(test_one_input)

@@ -1,0 +1,198 @@
+{{/* Names, labels and the few values derived from others. */}}
+
+{{- define "rtcedge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-wide prefix of every object's name (at most 40 characters, so that
+"<fullname>-transceiver-headless" and pod names stay within DNS label limits). */}}
+{{- define "rtcedge.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else if contains (include "rtcedge.name" .) .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "rtcedge.name" .) | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.relay.fullname" -}}
+{{- printf "%s-relay" (include "rtcedge.fullname" .) }}
+{{- end }}
+
+{{- define "rtcedge.transceiver.fullname" -}}
+{{- printf "%s-transceiver" (include "rtcedge.fullname" .) }}
+{{- end }}
+
+{{/* The headless Service that gives every transceiver pod a stable DNS name. */}}
+{{- define "rtcedge.transceiver.headless" -}}
+{{- printf "%s-transceiver-headless" (include "rtcedge.fullname" .) }}
+{{- end }}
+
+{{- define "rtcedge.redis.fullname" -}}
+{{- printf "%s-redis" (include "rtcedge.fullname" .) }}
+{{- end }}
+
+{{- define "rtcedge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "rtcedge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rtcedge
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component: call with (dict "ctx" $ "component" "relay"). */}}
+{{- define "rtcedge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rtcedge.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "rtcedge.componentLabels" -}}
+{{ include "rtcedge.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "rtcedge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rtcedge.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.keyringSecretName" -}}
+{{- default (printf "%s-keyring" (include "rtcedge.fullname" .)) .Values.keyring.existingSecret }}
+{{- end }}
+
+{{/* HOST:PORT with IPv6 brackets when the pod network is IPv6. */}}
+{{- define "rtcedge.anyAddress" -}}
+{{- if eq .Values.ipFamily "IPv6" }}[::]{{ else }}0.0.0.0{{ end }}
+{{- end }}
+
+{{/* The relay's --internal: its pod IP (downward API, expanded by the kubelet) and port base. */}}
+{{- define "rtcedge.relay.internal" -}}
+{{- if eq .Values.ipFamily "IPv6" -}}
+[$(POD_IP)]:{{ int64 .Values.relay.internalPortBase }}
+{{- else -}}
+$(POD_IP):{{ int64 .Values.relay.internalPortBase }}
+{{- end }}
+{{- end }}
+
+{{/* --transceiver-ids: the configured range, or every ordinal of the StatefulSet. */}}
+{{- define "rtcedge.relay.transceiverIds" -}}
+{{- if .Values.relay.transceiverIds }}
+{{- .Values.relay.transceiverIds }}
+{{- else }}
+{{- printf "0-%d" (sub (int .Values.transceiver.replicas) 1) }}
+{{- end }}
+{{- end }}
+
+{{/* --transceiver-dns: the stable name of each transceiver pod, {id} being its ordinal. */}}
+{{- define "rtcedge.relay.transceiverDns" -}}
+{{- printf "%s-{id}.%s.%s.svc.%s:%d" (include "rtcedge.transceiver.fullname" .) (include "rtcedge.transceiver.headless" .) .Release.Namespace .Values.clusterDomain (int .Values.transceiver.mediaPort) }}
+{{- end }}
+
+{{- define "rtcedge.relay.maxHintAge" -}}
+{{- if kindIs "invalid" .Values.relay.maxHintAgeSeconds }}
+{{- add (int .Values.transceiver.maxDurationSeconds) 60 }}
+{{- else }}
+{{- int .Values.relay.maxHintAgeSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* Capabilities the relay needs: a port below 1024 bound on the node itself, and NET_ADMIN only
+when asked for (SO_RCVBUFFORCE). Empty for the defaults. */}}
+{{- define "rtcedge.relay.capabilities" -}}
+{{- $caps := list }}
+{{- if and (eq .Values.relay.mode "hostNetwork") (lt (int .Values.relay.port) 1024) }}
+{{- $caps = append $caps "NET_BIND_SERVICE" }}
+{{- end }}
+{{- if .Values.relay.netAdmin }}
+{{- $caps = append $caps "NET_ADMIN" }}
+{{- end }}
+{{- join "," $caps }}
+{{- end }}
+
+{{/* The UDP port the relay is reached at from outside, for NOTES and checks. */}}
+{{- define "rtcedge.relay.publicPort" -}}
+{{- if eq .Values.relay.mode "loadBalancer" }}
+{{- int64 .Values.relay.service.port }}
+{{- else if eq .Values.relay.mode "hostPort" }}
+{{- int64 (default .Values.relay.port .Values.relay.hostPort) }}
+{{- else }}
+{{- int64 .Values.relay.port }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.transceiver.terminationGrace" -}}
+{{- $needed := add (int .Values.transceiver.preStopSleepSeconds) (int .Values.transceiver.drainGraceSeconds) }}
+{{- if kindIs "invalid" .Values.transceiver.terminationGracePeriodSeconds }}
+{{- add $needed 15 }}
+{{- else if le (int .Values.transceiver.terminationGracePeriodSeconds) $needed }}
+{{- fail (printf "transceiver.terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainGraceSeconds (%d): live calls would be killed before they drain" (int .Values.transceiver.terminationGracePeriodSeconds) $needed) }}
+{{- else }}
+{{- int .Values.transceiver.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* The relays' Redis URL, as an env entry (RTCEDGE_REDIS_URL), or nothing. */}}
+{{- define "rtcedge.relay.redisEnv" -}}
+{{- $sources := 0 }}
+{{- if .Values.redis.enabled }}{{ $sources = add1 $sources }}{{ end }}
+{{- if .Values.redis.url }}{{ $sources = add1 $sources }}{{ end }}
+{{- if .Values.redis.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
+{{- if gt $sources 1 }}
+{{- fail "redis: set only one of redis.enabled, redis.url and redis.existingSecret" }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+- name: RTCEDGE_REDIS_URL
+  value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "rtcedge.redis.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) | quote }}
+{{- else if .Values.redis.url }}
+- name: RTCEDGE_REDIS_URL
+  value: {{ .Values.redis.url | quote }}
+{{- else if .Values.redis.existingSecret }}
+- name: RTCEDGE_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.secretKey }}
+{{- end }}
+{{- end }}
+
+{{/* NetworkPolicy peers that are the relays: their pods, or their nodes in hostNetwork mode. */}}
+{{- define "rtcedge.relay.peers" -}}
+{{- if eq .Values.relay.mode "hostNetwork" }}
+{{- range .Values.networkPolicy.relayNodeCIDRs }}
+- ipBlock:
+    cidr: {{ . }}
+{{- end }}
+{{- else }}
+- podSelector:
+    matchLabels:
+      {{- include "rtcedge.selectorLabels" (dict "ctx" . "component" "relay") | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/* Container securityContext of both services: call with (dict "caps" list-of-capabilities). */}}
+{{- define "rtcedge.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+  {{- with .caps }}
+  add: {{ toJson . }}
+  {{- end }}
+{{- end }}

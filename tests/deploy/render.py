@@ -1,0 +1,112 @@
+"""Render helm/rtcedge offline with Helm's own engine, and read what it made.
+
+Helm comes from the PyPI package ``helm-python-sdk`` (Helm's Go SDK behind a C ABI, called
+through ctypes): no helm binary, no cluster. ``Chart.render`` exposes only the release name,
+namespace and install/upgrade flags, while the C ABI's render options also take
+``kube_version`` and ``api_versions`` - what ``helm template --kube-version --api-versions``
+set - so ``render`` calls it directly (helm-python-sdk is pinned to the version this was
+checked against). ``lookup`` finds nothing offline, as in ``helm template``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+from helm_python import _native
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "rtcedge"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+RELEASE = "rtcedge"
+NAMESPACE = "voice"
+MONITORING = "monitoring.coreos.com/v1"
+# A documentation address (RFC 5737): the one value a user must always set.
+PUBLIC = {"relay": {"publicAddress": "203.0.113.10:3478"}}
+
+
+def ci_values(name: str) -> dict[str, Any]:
+    """The values of helm/rtcedge/ci/<name>-values.yaml."""
+    return yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text()) or {}
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge, ``over`` winning (what several ``-f`` files or ``--set`` do)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def render_files(
+    values: dict[str, Any],
+    *,
+    api_versions: tuple[str, ...] = (),
+    kube_version: str = "v1.28.0",
+) -> dict[str, str]:
+    """Template path -> rendered text, as ``helm install --dry-run`` would render it."""
+    opts = {
+        "name": RELEASE,
+        "namespace": NAMESPACE,
+        "is_install": True,
+        "kube_version": kube_version,
+        "api_versions": list(api_versions),
+    }
+    with helm.Chart.load(CHART) as chart:
+        rendered = _native.call_string(
+            "helm_render", chart._raw(), json.dumps(values), json.dumps(opts)
+        )
+    return json.loads(rendered)
+
+
+def render(values: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
+    """Every Kubernetes object the chart renders (NOTES.txt excluded)."""
+    objects = []
+    for path, text in sorted(render_files(values, **kw).items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        objects += [doc for doc in yaml.safe_load_all(text) if doc]
+    return objects
+
+
+def notes(values: dict[str, Any], **kw: Any) -> str:
+    return next(t for p, t in render_files(values, **kw).items() if p.endswith("NOTES.txt"))
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict]:
+    return [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def workload(objects: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    """The Deployment/DaemonSet/StatefulSet of a component (relay, transceiver, redis)."""
+    found = [
+        o
+        for o in objects
+        if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")
+        and o["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+    assert len(found) == 1, f"expected one {component} workload, got {len(found)}"
+    return found[0]
+
+
+def container(obj: dict[str, Any]) -> dict[str, Any]:
+    (only,) = obj["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def env_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container(obj).get("env", [])}

@@ -1,0 +1,387 @@
+"""helm/rtcedge rendered offline by Helm's engine: lint, the objects each mode makes, and the
+command lines the pods would run, parsed by the real ``relay serve`` / ``transceiver serve``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import helm_python as helm
+import pytest
+
+from common.hint import Keyring
+from relay import cli as relay_cli
+from tests.deploy.render import (
+    CHART,
+    CI_VALUES,
+    MONITORING,
+    NAMESPACE,
+    PUBLIC,
+    ci_values,
+    container,
+    env_of,
+    find,
+    merge,
+    notes,
+    one,
+    render,
+    workload,
+)
+from transceiver import cli as transceiver_cli
+
+CI_NAMES = [p.name.removesuffix("-values.yaml") for p in CI_VALUES]
+SAMPLE_POD_IP = {"IPv4": "10.1.2.3", "IPv6": "fd00::1:2:3"}
+
+
+def test_every_mode_has_a_ci_values_file():
+    modes = {ci_values(n).get("relay", {}).get("mode", "loadBalancer") for n in CI_NAMES}
+    assert modes == {"hostNetwork", "hostPort", "loadBalancer"}
+    assert any(ci_values(n).get("redis", {}).get("enabled") for n in CI_NAMES)
+    assert any(not ci_values(n).get("redis", {}).get("enabled") for n in CI_NAMES)
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+@pytest.mark.parametrize("kube_version", ["v1.28.0", "v1.36.0"])
+def test_chart_lints_without_warnings(name, kube_version):
+    report = helm.lint(
+        CHART, ci_values(name), strict=True, namespace=NAMESPACE, kube_version=kube_version
+    )
+    assert not report["errors"], report
+    # severity: 1 info (e.g. "icon is recommended"), 2 warning, 3 error
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_service_monitors_only_with_the_prometheus_operator(name):
+    without = render(ci_values(name))
+    with_crds = render(ci_values(name), api_versions=(MONITORING,))
+    assert not find(without, "ServiceMonitor")
+    monitors = find(with_crds, "ServiceMonitor")
+    assert sorted(m["metadata"]["name"] for m in monitors) == [
+        "rtcedge-relay",
+        "rtcedge-transceiver",
+    ]
+    switched_off = merge(ci_values(name), {"metrics": {"serviceMonitor": {"enabled": False}}})
+    assert not find(render(switched_off, api_versions=(MONITORING,)), "ServiceMonitor")
+    # Each selects exactly one Service: the one carrying that component's metrics port.
+    services = find(with_crds, "Service")
+    for monitor in monitors:
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        port = monitor["spec"]["endpoints"][0]["port"]
+        chosen = [
+            s
+            for s in services
+            if wanted.items() <= s["metadata"]["labels"].items()
+            and port in {p["name"] for p in s["spec"]["ports"]}
+        ]
+        assert len(chosen) == 1, (monitor["metadata"]["name"], chosen)
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_every_object_is_in_the_release_namespace(name):
+    for obj in render(ci_values(name), api_versions=(MONITORING,)):
+        assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+# ---- the command lines, as the pods would run them ----
+
+
+def _resolve_env(obj, pod_ip: str, monkeypatch) -> dict[str, str]:
+    """The container's environment with the downward API filled in as the kubelet would."""
+    for key in [k for k in os.environ if k.startswith("RTCEDGE_")]:
+        monkeypatch.delenv(key)
+    env = {}
+    for name, entry in env_of(obj).items():
+        if "value" in entry:
+            env[name] = entry["value"]
+            continue
+        ref = entry["valueFrom"]
+        if "fieldRef" in ref:
+            env[name] = {
+                "status.podIP": pod_ip,
+                "metadata.name": "rtcedge-transceiver-1",
+                "metadata.labels['apps.kubernetes.io/pod-index']": "1",
+            }[ref["fieldRef"]["fieldPath"]]
+        else:
+            env[name] = "from-a-secret"
+    for name, value in env.items():
+        if name.startswith("RTCEDGE_"):
+            monkeypatch.setenv(name, value)
+    return env
+
+
+def _expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """The kubelet's $(VAR) expansion in command and args."""
+    out = []
+    for arg in args:
+        for name, value in env.items():
+            arg = arg.replace(f"$({name})", value)
+        out.append(arg)
+    return out
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
+    values = ci_values(name)
+    objects = render(values)
+    relay = workload(objects, "relay")
+    c = container(relay)
+    family = values.get("ipFamily", "IPv4")
+    env = _resolve_env(relay, SAMPLE_POD_IP[family], monkeypatch)
+    assert c["command"] == ["relay", "serve"]
+    args = _expand(c["args"], env)
+    serve = relay_cli.main.commands["serve"]
+    ctx = serve.make_context("serve", list(args))
+    config = relay_cli.build_config(ctx.params)
+
+    assert config.internal_host == SAMPLE_POD_IP[family]  # the pod IP, via the downward API
+    assert config.internal_port_base == 4000
+    assert config.listen[1] == values["relay"].get("port", 3478)
+    assert config.listen[0] in ("0.0.0.0", "::")
+    assert config.keyring_path == "/secrets/keyring.json"
+    assert config.metrics is not None and config.metrics[1] == 9478
+    replicas = values.get("transceiver", {}).get("replicas", 2)
+    wanted_ids = values["relay"].get("transceiverIds") or f"0-{replicas - 1}"
+    assert ctx.params["transceiver_ids"] == wanted_ids
+    assert config.transceiver_dns == (
+        "rtcedge-transceiver-{id}.rtcedge-transceiver-headless.voice.svc.cluster.local:5000"
+    )
+    assert config.max_hint_age_s == 14400 + 60  # the maximum session age plus a minute
+    # Redis is wired through the environment only: never as a flag the relay may not know.
+    assert not any(a.startswith("--redis") for a in args)
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeypatch):
+    values = ci_values(name)
+    trx = workload(render(values), "transceiver")
+    c = container(trx)
+    env = _resolve_env(trx, "10.9.9.9", monkeypatch)
+    args = _expand(c["args"], env)
+    if c["command"][0] == "/bin/sh":
+        args = ["--id", "1", *args]  # what the wrapper adds (test_transceiver_id_from_pod_name)
+    else:
+        assert env["RTCEDGE_TRANSCEIVER_ID"] == "1"
+    ctx = transceiver_cli.main.commands["serve"].make_context("serve", list(args))
+    config = transceiver_cli.build_config(ctx.params)
+    assert config.transceiver_id == 1
+    host, port = config.advertise
+    wanted = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    assert wanted == values["relay"]["publicAddress"]
+    assert config.media[1] == 5000 and config.http[1] == 8080
+    assert config.keyring_path == "/secrets/keyring.json"
+    spec = trx["spec"]["template"]["spec"]
+    preStop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert spec["terminationGracePeriodSeconds"] > config.drain_grace_s + preStop
+
+
+def test_transceiver_id_from_pod_name(tmp_path: Path):
+    """The StatefulSet ordinal becomes --id, in the image's POSIX shell."""
+    c = container(workload(render(PUBLIC), "transceiver"))
+    assert c["command"][:2] == ["/bin/sh", "-c"]
+    fake = tmp_path / "transceiver"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "POD_NAME": "rtcedge-transceiver-12"}
+    out = subprocess.run(
+        [*c["command"], *c["args"]], env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[:3] == ["serve", "--id", "12"]
+    assert out[3 : 3 + len(c["args"])] == c["args"]
+
+
+def test_pod_index_label_mode_takes_the_id_from_the_downward_api():
+    values = merge(PUBLIC, {"transceiver": {"idSource": "podIndexLabel"}})
+    trx = workload(render(values), "transceiver")
+    assert container(trx)["command"] == ["transceiver", "serve"]
+    ref = env_of(trx)["RTCEDGE_TRANSCEIVER_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert ref == "metadata.labels['apps.kubernetes.io/pod-index']"
+
+
+def test_relay_ids_follow_transceiver_replicas():
+    values = merge(PUBLIC, {"transceiver": {"replicas": 7}})
+    args = container(workload(render(values), "relay"))["args"]
+    assert "--transceiver-ids=0-6" in args
+    assert workload(render(values), "transceiver")["spec"]["replicas"] == 7
+
+
+# ---- workloads: probes, disruption, security ----
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_probes_grace_and_disruption_budgets(name):
+    objects = render(ci_values(name))
+    for component, port in (("relay", "metrics"), ("transceiver", "http")):
+        obj = workload(objects, component)
+        c = container(obj)
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        assert obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 0
+        assert c["resources"]["requests"]
+        pdb = one(objects, "PodDisruptionBudget", f"rtcedge-{component}")
+        assert pdb["spec"]["selector"] == obj["spec"]["selector"]
+        assert pdb["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_relay_workload_kind_follows_the_mode(name):
+    values = ci_values(name)
+    mode = values["relay"].get("mode", "loadBalancer")
+    relay = workload(render(values), "relay")
+    spec = relay["spec"]["template"]["spec"]
+    if mode == "loadBalancer":
+        assert relay["kind"] == "Deployment"
+        anti = spec["affinity"]["podAntiAffinity"]
+        assert anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] == (
+            "kubernetes.io/hostname"
+        )
+    else:
+        assert relay["kind"] == "DaemonSet"
+        assert relay["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
+    assert spec.get("hostNetwork", False) == (mode == "hostNetwork")
+    if mode == "hostNetwork":
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"  # it resolves cluster names
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_pods_run_non_root_on_a_read_only_root_without_capabilities(name):
+    objects = render(ci_values(name))
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        sc = container(obj)["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_a_node_port_below_1024_adds_only_net_bind_service():
+    values = merge(
+        ci_values("hostnetwork"), {"relay": {"port": 443, "publicAddress": "198.51.100.7:443"}}
+    )
+    relay = workload(render(values), "relay")
+    assert container(relay)["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["NET_BIND_SERVICE"],
+    }
+    # Kubernetes cannot hand an added capability to a non-root process (no ambient set).
+    assert relay["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 0
+    assert "NET_BIND_SERVICE" in notes(values)
+    # Elsewhere the low port is the Service's or the node's, mapped to 3478: nothing added.
+    for mode, extra in (("loadBalancer", {"service": {"port": 443}}), ("hostPort", {})):
+        values = merge(PUBLIC, {"relay": {"mode": mode, "hostPort": 443, **extra}})
+        c = container(workload(render(values), "relay"))
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_termination_grace_must_exceed_the_drain():
+    values = merge(PUBLIC, {"transceiver": {"drainGraceSeconds": 120}})
+    spec = workload(render(values), "transceiver")["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 5 + 120 + 15
+    too_short = merge(values, {"transceiver": {"terminationGracePeriodSeconds": 125}})
+    with pytest.raises(helm.HelmError, match="must exceed preStopSleepSeconds"):
+        render(too_short)
+
+
+# ---- keyring, Redis, network policy ----
+
+
+def test_generated_keyring_is_one_a_relay_can_load():
+    secret = one(render(PUBLIC), "Secret", "rtcedge-keyring")
+    text = base64.b64decode(secret["data"]["keyring.json"]).decode()
+    doc = json.loads(text)
+    assert doc["signing_key_id"] == 0
+    assert len(base64.b64decode(doc["keys"]["0"], validate=True)) == 32
+    Keyring.from_json(text)  # what relay and transceiver do at start
+    other = one(render(PUBLIC), "Secret", "rtcedge-keyring")
+    assert other["data"] != secret["data"]  # random per install (upgrades keep it: lookup)
+
+
+def test_given_keyring_and_existing_secret():
+    content = ci_values("ipv6-external-redis")["keyring"]["content"]
+    secret = one(render(merge(PUBLIC, {"keyring": {"content": content}})), "Secret")
+    assert base64.b64decode(secret["data"]["keyring.json"]).decode() == content
+    objects = render(merge(PUBLIC, {"keyring": {"existingSecret": "my-keys"}}))
+    assert not find(objects, "Secret")
+    for component in ("relay", "transceiver"):
+        volumes = workload(objects, component)["spec"]["template"]["spec"]["volumes"]
+        assert {"secretName": "my-keys", "defaultMode": 0o440} in [v.get("secret") for v in volumes]
+
+
+@pytest.mark.parametrize(
+    ("redis", "url"),
+    [
+        ({}, None),
+        ({"enabled": True}, "redis://rtcedge-redis.voice.svc.cluster.local:6379/0"),
+        ({"url": "redis://cache:6379/1"}, "redis://cache:6379/1"),
+    ],
+)
+def test_redis_reaches_the_relay_only_as_rtcedge_redis_url(redis, url):
+    objects = render(merge(PUBLIC, {"redis": redis}))
+    env = env_of(workload(objects, "relay"))
+    assert env.get("RTCEDGE_REDIS_URL", {}).get("value") == url
+    in_chart = bool(redis.get("enabled"))
+    assert bool(find(objects, "Deployment", "rtcedge-redis")) == in_chart
+    assert bool(find(objects, "Service", "rtcedge-redis")) == in_chart
+    assert bool(find(objects, "NetworkPolicy", "rtcedge-redis")) == in_chart
+    if in_chart:
+        redis_pod = workload(objects, "redis")["spec"]["template"]["spec"]
+        assert "--save" in redis_pod["containers"][0]["args"]  # no persistence: soft state
+
+
+def test_two_redis_sources_are_refused():
+    with pytest.raises(helm.HelmError, match="only one of redis"):
+        render(merge(PUBLIC, {"redis": {"enabled": True, "url": "redis://x:6379/0"}}))
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_only_relays_reach_the_transceivers_media_port(name):
+    values = ci_values(name)
+    objects = render(values)
+    if not values.get("networkPolicy", {}).get("enabled", True):
+        assert not find(objects, "NetworkPolicy")
+        return
+    policy = one(objects, "NetworkPolicy", "rtcedge-transceiver")
+    trx = workload(objects, "transceiver")
+    assert policy["spec"]["podSelector"]["matchLabels"] == trx["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    udp_rules = [
+        r for r in policy["spec"]["ingress"] if any(p["protocol"] == "UDP" for p in r["ports"])
+    ]
+    assert len(udp_rules) == 1
+    (rule,) = udp_rules
+    assert rule["ports"] == [{"protocol": "UDP", "port": 5000}]
+    if values["relay"].get("mode") == "hostNetwork":
+        cidrs = values["networkPolicy"]["relayNodeCIDRs"]
+        assert rule["from"] == [{"ipBlock": {"cidr": c}} for c in cidrs]
+    else:
+        relay = workload(objects, "relay")
+        assert rule["from"] == [{"podSelector": relay["spec"]["selector"]}]
+    # Nothing else opens UDP to the transceivers.
+    others = [r for r in policy["spec"]["ingress"] if r is not rule]
+    assert all(p["protocol"] == "TCP" and p["port"] == 8080 for r in others for p in r["ports"])
+
+
+def test_dashboard_configmap_carries_the_chart_dashboard():
+    cm = one(render(PUBLIC), "ConfigMap", "rtcedge-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "dashboards" / "rtcedge.json").read_text())
+    assert json.loads(cm["data"]["rtcedge.json"]) == shipped
+
+
+def test_notes_say_where_signaling_and_media_are():
+    text = notes(PUBLIC)
+    assert "203.0.113.10:3478" in text
+    assert "rtcedge-transceiver.voice.svc.cluster.local:80/whip" in text
+    assert "port-forward service/rtcedge-transceiver" in text
+    ingress = notes(ci_values("hostport-redis"))
+    assert "https://whip.example.com/whip" in ingress

@@ -349,13 +349,14 @@ class Worker:
                 sb.iov[3] = length
                 return self._sent_to_transceivers(n, 1, length)
             return self._sent_to_transceivers(
-                n, *self._clients_one_by_one(n, keys, [flow], [length])
+                n, *self._clients_one_by_one(n, keys, [flow], [length]), compacted=True
             )
         flows = list(map(self.flows.confirmed.get, keys))
         lens_view = rb.hdrs[W_LEN : n * MMSGHDR_WORDS : MMSGHDR_WORDS]
         lens = lens_view.tolist()
         if None in flows or 0 in lens or max(lens) >= SLOT_SIZE:
             k, nbytes = self._clients_one_by_one(n, keys, flows, lens)
+            return self._sent_to_transceivers(n, k, nbytes, compacted=True)
         else:
             wires = memoryview(b"".join(map(_WIRE, flows))).cast("Q")
             sb.hdrs[W_NAME : n * MMSGHDR_WORDS : MMSGHDR_WORDS] = wires[0::2]
@@ -365,11 +366,15 @@ class Worker:
             k, nbytes = n, sum(lens)
         return self._sent_to_transceivers(n, k, nbytes)
 
-    def _sent_to_transceivers(self, n: int, k: int, nbytes: int) -> int:
+    def _sent_to_transceivers(self, n: int, k: int, nbytes: int, compacted: bool = False) -> int:
         """Send the first k prepared entries of a batch of n received datagrams; count them."""
         ctr = self.ctr
         if k:
             failed = self.tx_int.send(self.internal_fd, k)
+            if compacted:
+                # Only after sending: restore the identity slot mapping the batch path relies on.
+                siov = self.tx_int.iov
+                siov[2 : len(siov) : 4] = self._client_payload_bases
             if failed:
                 ctr[_DROP["send_error"]] += failed
             ctr[C.PACKETS] += k - failed
@@ -401,8 +406,6 @@ class Worker:
             siov[k * 4 + 3] = length
             k += 1
             nbytes += length
-        # Restore the identity slot mapping the batch path relies on.
-        siov[2 : len(siov) : 4] = self._client_payload_bases
         return k, nbytes
 
     def _from_transceivers(self) -> int:
@@ -424,7 +427,9 @@ class Worker:
             or data[1 : n * SLOT_SIZE : SLOT_SIZE] != self._verfam_run[:n]
         ):
             k, nbytes = self._transceivers_one_by_one(n, targets, lens)
+            compacted = True
         else:
+            compacted = False
             # Client address from each header into each destination sockaddr, as strided copies.
             src, dst, dstride = rb.data_h, sb.names_h, sb.name_stride // 2
             for d, s in self._addr_copy_plan:
@@ -441,6 +446,8 @@ class Worker:
         ctr = self.ctr
         if k:
             failed = sb.send(self.public_fd, k)
+            if compacted:  # only after sending, as in _sent_to_transceivers
+                sb.iov[0 : len(sb.iov) : 2] = self._transceiver_payload_bases
             if failed:
                 ctr[_DROP["send_error"]] += failed
             ctr[C.PACKETS + 1] += k - failed
@@ -488,7 +495,6 @@ class Worker:
             siov[k * 2 + 1] = length - hl
             k += 1
             nbytes += length - hl
-        siov[0 : len(siov) : 2] = self._transceiver_payload_bases
         return k, nbytes
 
     # -- event loop ------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""A worker's batches, in-process on real sockets: drops inside a batch never mix payloads up."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from bench.peers import free_port, hint_request
+from common import encap
+from common.hint import Keyring
+from relay.config import RelayConfig
+from relay.control import ControlBlock, RoutingConfig
+from relay.counters import CounterArea
+from relay.journal import FlowJournal
+from relay.supervisor import open_sockets
+from relay.worker import Worker
+
+
+def udp(timeout_s: float = 0.2) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(timeout_s)
+    return s
+
+
+def drain(sock: socket.socket) -> list[bytes]:
+    got = []
+    try:
+        while True:
+            got.append(sock.recv(4096))
+    except TimeoutError:
+        return got
+
+
+def make_worker(targets: dict[int, tuple[str, int]]) -> tuple[Worker, Keyring]:
+    keyring = Keyring.generate(1)
+    cfg = RelayConfig(
+        listen=("127.0.0.1", 0),
+        internal_host="127.0.0.1",
+        internal_port_base=free_port(),
+        cluster=0,
+        keyring_json=keyring.to_json(),
+        transceivers=targets,
+        workers=1,
+    ).validate()
+    ((public, internal),) = open_sockets(cfg)
+    control = ControlBlock(capacity=1 << 16)
+    control.publish(RoutingConfig(keyring, targets).to_json())
+    worker = Worker(0, cfg, public, internal, CounterArea(1).block(0), FlowJournal(64), control)
+    worker.tick(int(time.monotonic()))
+    worker.restore_journal()
+    return worker, keyring
+
+
+def confirm(worker: Worker, client: socket.socket, tid: int) -> None:
+    host, port = client.getsockname()
+    raw = (2).to_bytes(2, "little") + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)
+    worker._confirm(worker.keys.from_sockaddr(raw), worker.targets[tid])
+
+
+def test_client_batches_with_drops_and_new_flows_keep_every_payload_with_its_client():
+    sink, other = udp(), udp()
+    worker, keyring = make_worker({1: sink.getsockname(), 2: other.getsockname()})
+    calls = [udp() for _ in range(3)]
+    for c in calls:
+        confirm(worker, c, 1)
+    strangers = [udp() for _ in range(3)]
+    newcomer = udp()
+    relay = worker.public.getsockname()
+    for i in range(60):  # one batch: confirmed, unknown (dropped), new flows, interleaved
+        for n, c in enumerate(calls):
+            c.sendto(b"\x80call%d-%d" % (n, i), relay)
+        strangers[i % 3].sendto(b"\x80nobody", relay)
+        if i % 20 == 0:
+            newcomer.sendto(hint_request(keyring, 0, 2)[0], relay)
+    time.sleep(0.05)
+    while worker._from_clients():
+        pass
+    for data in drain(sink):
+        header, offset = encap.decode_header(data)
+        n = [c.getsockname() for c in calls].index((header.client_ip, header.client_port))
+        assert data[offset:].startswith(b"\x80call%d-" % n), "payload with its own client"
+    assert len(drain(other)) == 3, "the new flow's Binding requests went to transceiver 2"
+
+
+def test_transceiver_batches_with_bad_headers_keep_every_payload_with_its_client():
+    transceiver = udp()
+    worker, _ = make_worker({1: transceiver.getsockname()})
+    clients = [udp() for _ in range(4)]
+    internal = worker.internal.getsockname()
+    for i in range(60):
+        for n, c in enumerate(clients):
+            transceiver.sendto(
+                encap.encapsulate(b"\x80to%d-%d" % (n, i), *c.getsockname()), internal
+            )
+        transceiver.sendto(b"\xff\x00junk", internal)  # malformed: dropped mid-batch
+    time.sleep(0.05)
+    while worker._from_transceivers():
+        pass
+    for n, c in enumerate(clients):
+        got = drain(c)
+        assert len(got) == 60
+        assert all(p.startswith(b"\x80to%d-" % n) for p in got)

@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -216,6 +217,7 @@ class StandInTransceiver:
         self.relay_addresses: set[tuple[str, int]] = set()
         self.relay_of_client: dict[tuple[str, int], tuple[str, int]] = {}  # the latest path
         self.stun_requests = 0
+        self.malformed: list[tuple[str, int, bytes]] = []  # STUN that did not parse
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True, name=f"standin-{tid}")
 
@@ -241,7 +243,11 @@ class StandInTransceiver:
             self.relay_of_client[(hdr.client_ip, hdr.client_port)] = relay[:2]
             self.received.append((hdr.client_ip, hdr.client_port, payload))
             if payload[:1] and payload[0] < 4:
-                msg = stun.parse(payload)
+                try:
+                    msg = stun.parse(payload)
+                except stun.StunError:
+                    self.malformed.append((hdr.client_ip, hdr.client_port, payload))
+                    continue
                 if msg.msg_type == stun.BINDING_REQUEST:
                     self.stun_requests += 1
                     reply = stun.binding_success(
@@ -519,3 +525,27 @@ class NatProxy:
         self._thread.join(timeout=2)
         self.inside.close()
         self.outside.close()
+
+
+class SpoofingSender:
+    """Sends UDP datagrams with any IPv4 loopback source address and port (raw socket, root).
+
+    For abuse tests: floods from thousands of "clients" without thousands of sockets.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+
+    def send(self, src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> None:
+        udp_len = 8 + len(payload)
+        udp = struct.pack("!HHHH", src[1], dst[1], udp_len, 0) + payload  # checksum 0: none
+        # Version/IHL, TOS, total length (kernel fills), id (kernel fills), flags/fragment, TTL,
+        # protocol UDP, checksum (kernel fills), source, destination.
+        ip = struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, socket.IPPROTO_UDP, 0,
+            socket.inet_aton(src[0]), socket.inet_aton(dst[0]),
+        )  # fmt: skip
+        self.sock.sendto(ip + udp, (dst[0], 0))
+
+    def close(self) -> None:
+        self.sock.close()

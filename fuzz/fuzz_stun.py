@@ -10,6 +10,8 @@ independent reference in fuzz.stunref.
 
 from __future__ import annotations
 
+import zlib
+
 import atheris
 
 from fuzz import stunref
@@ -39,6 +41,9 @@ def check_index(buf: bytes, msg: stun.StunMessage) -> None:
     fingerprints = types.count(stun.ATTR_FINGERPRINT)
     require(fingerprints == int(msg.has_fingerprint), "has_fingerprint disagrees with the index")
     require(not msg.has_fingerprint or types[-1] == stun.ATTR_FINGERPRINT, "fingerprint not last")
+    if msg.has_fingerprint:  # RFC 8489 14.7, computed here without common.stun
+        crc = zlib.crc32(buf[: n - 8]) ^ stunref.FINGERPRINT_XOR
+        require(buf[n - 4 :] == crc.to_bytes(4, "big"), "a wrong fingerprint was accepted")
     integrity = types.count(stun.ATTR_MESSAGE_INTEGRITY)
     require(integrity == int(msg.has_integrity), "has_integrity disagrees with the index")
     if msg.has_integrity:

@@ -193,7 +193,7 @@ def stun_payload(step: Step, slots: list[Slot]) -> bytes:
         if step.kind == CROSS:
             signer = slots[(step.arg >> 2) % len(slots)]
             generation = signer.generation - 1 if step.arg & 0x40 else signer.generation
-            key = signer.password_of(max(generation, 0)).encode()
+            key = signer.password_of(generation).encode()  # generation -1: never valid
             return stun.binding_request(username, txid, key)
         if step.kind == FLIP:
             message = bytearray(stun.binding_request(username, txid, key))

@@ -135,8 +135,8 @@ def script_seeds() -> dict[str, bytes]:
         + step(s.RAW, 0, 2, SRTCP_RR, relay=1)
         + step(check, 2, 2, txid(55), relay=1)
         + step(s.CONTROL, 2, 2),
-        "wrong-credentials": step(s.CROSS, 0x04, 7, txid(56))
-        + step(s.CROSS, 0x40, 7, txid(57), relay=1)
+        "wrong-credentials": step(s.CROSS, 0x01, 7, txid(56))
+        + step(s.CROSS, 0x42, 7, txid(57), relay=1)
         + step(s.FLIP, 0, 7, txid(58) + bytes([30, 0x20]))
         + step(s.NO_FINGERPRINT, 0, 7, txid(59))
         + step(s.RESPONSE, 0, 7, txid(60))
@@ -160,11 +160,11 @@ def script_seeds() -> dict[str, bytes]:
         )
         + step(s.RAW, 0, 9, VECTORS["2.1"], relay=1),
         "session-end-and-restart": step(check, 0, 0, txid(66))
-        + step(s.CONTROL, 0x04, 0)
+        + step(s.CONTROL, 0x06, 0)  # end session 0
         + step(s.RAW, 0, 0, RTP)
-        + step(s.CONTROL, 0x08, 0)
+        + step(s.CONTROL, 0x09, 0)  # start it again, with a new password
         + step(check, 0, 0, txid(67))
-        + step(s.CONTROL, 0x0C, 0)
+        + step(s.CONTROL, 0x0C, 0)  # forget the address (demux target)
         + step(s.RAW, 0, 0, RTP),
         "many-addresses": b"".join(step(check, 0, i, txid(70 + i)) for i in range(12))
         + step(s.RAW, 0, 0, RTP)

@@ -76,6 +76,11 @@ class FlowTable:
         self.expired_confirmed = 0
 
     # -- pending ---------------------------------------------------------------------------
+    @property
+    def pending_full(self) -> bool:
+        """At the cap (expired entries are only removed on the coarse tick)."""
+        return len(self.pending) >= self.limits.max_pending_flows
+
     def admit(self, key: Hashable, prefix: bytes, ufrag: str, target_id: int, now: int) -> None:
         """Record a pending flow for a verified first packet, or raise FlowLimitError.
 
@@ -89,9 +94,7 @@ class FlowTable:
             self._drop_pending(key, current)
         lim = self.limits
         if len(self.pending) >= lim.max_pending_flows:
-            self.expire_pending(now)
-            if len(self.pending) >= lim.max_pending_flows:
-                raise FlowLimitError("pending_full")
+            raise FlowLimitError("pending_full")
         if self._pending_by_ufrag.get(ufrag, 0) >= lim.max_pending_per_ufrag:
             raise FlowLimitError("pending_ufrag_limit")
         if self._pending_by_prefix.get(prefix, 0) >= lim.max_pending_per_prefix:

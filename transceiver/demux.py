@@ -5,7 +5,8 @@ Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named her
 1. by client address (IP, port) — every packet after a session's first successful check;
 2. else, only for a STUN Binding request: by the server ufrag in its USERNAME, and only if its
    MESSAGE-INTEGRITY verifies with that session's password (so an address is learned only from a
-   peer that proved it knows the session's credentials);
+   peer that proved it knows the session's credentials) and it is not a replay (its transaction
+   id was not seen from another address);
 3. else: dropped, with a reason.
 
 A session may be reached at several client addresses over its life (several client candidates
@@ -27,6 +28,7 @@ from common import stun
 Addr = tuple[str, int]
 S = TypeVar("S")
 MAX_ADDRESSES = 8
+MAX_TRANSACTIONS = 256  # remembered per session, to refuse replayed checks
 
 
 @dataclass
@@ -49,6 +51,7 @@ class _Entry(Generic[S]):
     session: S
     password: bytes
     addresses: dict[Addr, Addr | None] = field(default_factory=dict)  # client -> its relay
+    transactions: dict[bytes, Addr] = field(default_factory=dict)  # check id -> its sender
     path: Path | None = None
 
 
@@ -92,7 +95,7 @@ class Demux(Generic[S]):
                 if path.relay != relay:
                     entry.path = Path(client, relay)
                     entry.addresses[client] = relay
-            elif data[:1] and data[0] < 4 and self._authenticated(data, entry):
+            elif data[:1] and data[0] < 4 and self._fresh_check(data, client, entry):
                 # An older address of the session: only an authenticated check moves back to it.
                 entry.path = Path(client, relay)
                 entry.addresses[client] = relay
@@ -108,6 +111,8 @@ class Demux(Generic[S]):
             return Route(None, "unknown_ufrag")
         if not self._authenticated(data, entry):
             return Route(None, "bad_integrity")
+        if not self._fresh_check(data, client, entry):
+            return Route(None, "replayed")
         entry.addresses.pop(client, None)
         entry.addresses[client] = relay
         if len(entry.addresses) > MAX_ADDRESSES:
@@ -115,6 +120,24 @@ class Demux(Generic[S]):
         self._by_addr[client] = entry
         entry.path = Path(client, relay)
         return Route(entry.session, learned=True)
+
+    def _fresh_check(self, data: bytes, client: Addr, entry: _Entry[S]) -> bool:
+        """Authenticated, and not a copy of a check seen from another address.
+
+        STUN has no replay protection: a captured check, resent from a spoofed address, verifies.
+        Retransmissions reuse their transaction id from the same address, so a known id from a
+        different address is a replay and would make us answer (and latch to) its victim.
+        """
+        if not self._authenticated(data, entry):
+            return False
+        txid = bytes(data[8:20])
+        sender = entry.transactions.get(txid)
+        if sender is not None:
+            return sender == client
+        if len(entry.transactions) >= MAX_TRANSACTIONS:
+            del entry.transactions[next(iter(entry.transactions))]
+        entry.transactions[txid] = client
+        return True
 
     @staticmethod
     def _authenticated(data: bytes, entry: _Entry[S]) -> bool:

@@ -203,6 +203,12 @@ def test_pod_index_label_mode_takes_the_id_from_the_downward_api():
     assert ref == "metadata.labels['apps.kubernetes.io/pod-index']"
 
 
+def test_pod_index_label_mode_is_refused_before_kubernetes_1_28():
+    values = merge(PUBLIC, {"transceiver": {"idSource": "podIndexLabel"}})
+    with pytest.raises(helm.HelmError, match=r"needs Kubernetes >= 1\.28"):
+        render(values, kube_version="v1.27.9")
+
+
 def test_relay_ids_follow_transceiver_replicas():
     values = merge(PUBLIC, {"transceiver": {"replicas": 7}})
     args = container(workload(render(values), "relay"))["args"]
@@ -315,6 +321,12 @@ def test_given_keyring_and_existing_secret():
     for component in ("relay", "transceiver"):
         volumes = workload(objects, component)["spec"]["template"]["spec"]["volumes"]
         assert {"secretName": "my-keys", "defaultMode": 0o440} in [v.get("secret") for v in volumes]
+
+
+@pytest.mark.parametrize("content", ["{}", "not json", '{"signing_key_id": 0}'])
+def test_a_given_keyring_that_is_not_one_is_refused(content):
+    with pytest.raises(helm.HelmError, match="must be a keyring"):
+        render(merge(PUBLIC, {"keyring": {"content": content}}))
 
 
 @pytest.mark.parametrize(

@@ -57,8 +57,10 @@ def test_pending_flows_expire_and_release_their_quota():
 def test_full_pending_table_makes_room_only_from_expired_entries():
     t = table(max_pending_flows=1, pending_ttl_s=5)
     t.admit(KEY_A, PREFIX, "u", 1, now=0)
+    assert t.pending_full
     with pytest.raises(FlowLimitError):
         t.admit(KEY_B, PREFIX, "v", 1, now=4)
+    t.expire_pending(5)  # the worker's coarse tick
     t.admit(KEY_B, PREFIX, "v", 1, now=5)
     assert list(t.pending) == [KEY_B]
 

@@ -80,3 +80,24 @@ def test_remove_forgets_every_address():
     d.remove("ufragA")
     assert len(d) == 1 and d.addresses == 0
     assert d.route(b"\x80x", CLIENT, RELAY_A).session is None
+
+
+def test_a_replayed_check_from_another_address_is_refused():
+    d = table()
+    request = check("ufragA", "passwordA-0123456789abcd")
+    assert d.route(request, CLIENT, RELAY_A).learned
+    assert d.route(request, CLIENT, RELAY_A).session == "A", "a retransmission is fine"
+    victim = ("192.0.2.66", 4444)
+    route = d.route(request, victim, RELAY_A)
+    assert route.session is None and route.reason == "replayed"
+    assert d.path_to("ufragA", victim) is None, "nothing will ever be sent to the victim"
+
+
+def test_addresses_per_session_are_capped_oldest_first():
+    d = table()
+    pw = "passwordA-0123456789abcd"
+    for port in range(1, 12):
+        d.route(check("ufragA", pw), ("198.51.100.1", port), RELAY_A)
+    assert d.addresses == 8
+    assert d.path_to("ufragA", ("198.51.100.1", 1)) is None
+    assert d.path_to("ufragA", ("198.51.100.1", 11)) == d.path("ufragA")

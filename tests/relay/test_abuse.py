@@ -1,0 +1,117 @@
+"""Abuse: floods of new-flow attempts from spoofed sources, and malformed input of every length."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.peers import (
+    RelayProcess,
+    SpoofingSender,
+    StandInTransceiver,
+    hint_request,
+    udp_drops,
+)
+from common import stun
+from tests.relay.test_relay_integration import collect, udp_client, wait_for
+
+FLOOD = 20_000
+PENDING_CAP = 256
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_call():
+    silent = udp_client()  # transceiver B: allowlisted, never answers the flood
+    with (
+        StandInTransceiver(1) as peer,
+        RelayProcess(
+            {1: peer.address, 2: silent.getsockname()},
+            workers=1,
+            extra_args=["--max-pending-flows", str(PENDING_CAP)],
+        ) as relay,
+    ):
+        call = udp_client()
+        call.sendto(hint_request(relay.keyring, relay.cluster, 1)[0], relay.address)
+        assert len(collect([call], 1)[call]) == 1
+        worker = relay.worker_pids()[0]
+        rss_before = rss_kib(worker)
+        out_before = relay.metric("rtcedge_relay_packets_total", direction="transceiver_to_client")
+
+        rng = random.Random(1)
+        spoofer = SpoofingSender()
+        # Many distinct valid hints (an attacker can collect one per WHIP offer), each sent from
+        # many spoofed addresses: the per-ufrag cap alone cannot stop this, the global one must.
+        requests = [hint_request(relay.keyring, relay.cluster, 2)[0] for _ in range(500)]
+
+        def flood() -> None:
+            for i in range(FLOOD):
+                request = requests[i % len(requests)]
+                src = (
+                    f"127.{rng.randrange(1, 255)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
+                    rng.randrange(1024, 65535),
+                )
+                spoofer.send(src, relay.address, request)
+
+        flooder = threading.Thread(target=flood)
+        flooder.start()
+        sent = received = 0
+        deadline = time.monotonic() + 30
+        while (flooder.is_alive() or sent < 150) and time.monotonic() < deadline:
+            call.sendto(b"\x80call %d" % sent, relay.address)
+            sent += 1
+            received += len(collect([call], 1, timeout_s=0.02)[call])
+        flooder.join()
+        received += len(collect([call], sent - received, timeout_s=1)[call])
+        spoofer.close()
+
+        assert sent >= 150
+        assert peer.malformed == [], (call.getsockname(), silent.getsockname(), len(peer.malformed))
+        drops = {
+            line
+            for line in relay.http("/metrics")[1].splitlines()
+            if "dropped" in line and not line.endswith(" 0.0") and not line.startswith("#")
+        }
+        where = (udp_drops(relay.port), udp_drops(peer.address[1]), drops)
+        assert received >= 0.99 * sent, f"the live call lost {sent - received} of {sent}: {where}"
+        assert wait_for(lambda: relay.metric("rtcedge_relay_flows_active", table="confirmed"), 1)
+        pending = relay.metric("rtcedge_relay_flows_active", table="pending")
+        assert 0 < pending <= PENDING_CAP
+        assert relay.metric("rtcedge_relay_dropped_packets_total", reason="pending_full") > 0
+        out_after = relay.metric("rtcedge_relay_packets_total", direction="transceiver_to_client")
+        assert out_after - out_before == received, "nothing was sent toward a spoofed source"
+        assert rss_kib(worker) - rss_before < 10_000, "memory stays flat"
+
+
+@pytest.mark.parametrize("first", [0, 1, 2, 3, 20, 22, 63, 64, 127, 128, 191, 200, 255])
+def test_malformed_datagrams_of_every_length_never_crash_a_worker(first):
+    with StandInTransceiver(1) as peer, RelayProcess({1: peer.address}, workers=1) as relay:
+        pids = relay.worker_pids()
+        c = udp_client()
+        rng = random.Random(first)
+        for length in range(1, 1501):
+            c.sendto(bytes([first]) + rng.randbytes(length - 1), relay.address)
+            if length % 200 == 0:
+                time.sleep(0.01)  # stay within the socket buffers: every datagram must be read
+        odd = [b"", b":", b"\xff" * 40, b"a" * 600, ("\u00e9" * 100).encode()]
+        for username in odd:
+            attrs = [(stun.ATTR_USERNAME, username)] if username else []
+            c.sendto(stun.build(stun.BINDING_REQUEST, rng.randbytes(12), attrs), relay.address)
+        assert wait_for(
+            lambda: relay.metric("rtcedge_relay_dropped_packets_total") >= 1500 + len(odd), True
+        )
+        assert (
+            relay.worker_pids() == pids and relay.metric("rtcedge_relay_worker_restarts_total") == 0
+        )
+        assert peer.received == [], "nothing malformed reached the transceiver"
+        relay.stop()
+        assert "Traceback" not in relay.proc.stderr.read().decode()

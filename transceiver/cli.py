@@ -106,6 +106,14 @@ def main() -> None:
 @_opt("--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'.")
 @_opt("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
 @_opt(
+    "--relay-network",
+    "relay_networks",
+    env="RELAY_NETWORKS",
+    multiple=True,
+    help="CIDR that encapsulated datagrams may come from (repeatable; default: any). Set it "
+    "to the relays' network: an encapsulated datagram names the client it speaks for.",
+)
+@_opt(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -146,6 +154,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         drain_grace_s=opts["drain_grace"],
         auth_token=opts["auth_token"],
         cors_origin=opts["cors_origin"],
+        relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
     ).validate()
 
 

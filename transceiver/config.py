@@ -5,6 +5,7 @@ Validation raises ``ConfigError`` naming the option, so a bad deployment fails a
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from relay.config import ConfigError, address_family, parse_host_port
@@ -31,6 +32,7 @@ class TransceiverConfig:
     auth_token: str | None = None
     max_sdp_bytes: int = 64 * 1024
     cors_origin: str = "*"
+    relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -56,6 +58,11 @@ class TransceiverConfig:
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")
+        for cidr in self.relay_networks:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ConfigError("--relay-network", f"not a network: {cidr!r}") from None
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import logging
 import secrets
 import socket
@@ -38,9 +39,16 @@ class SessionLimitError(Exception):
 class MediaSocket(asyncio.DatagramProtocol):
     """The shared UDP socket: decapsulate, demultiplex, and send along latched paths."""
 
-    def __init__(self, demux: Demux[Session], metrics: TransceiverMetrics) -> None:
+    def __init__(
+        self,
+        demux: Demux[Session],
+        metrics: TransceiverMetrics,
+        relay_networks: tuple[str, ...] = (),
+    ) -> None:
         self.demux = demux
         self.metrics = metrics
+        self._relay_networks = [ipaddress.ip_network(n, strict=False) for n in relay_networks]
+        self._relay_allowed: dict[str, bool] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self._headers: dict[tuple[str, int], bytes] = {}
         self._received = metrics.datagrams.labels("in")
@@ -64,6 +72,9 @@ class MediaSocket(asyncio.DatagramProtocol):
             fam = socket.AF_INET if family == 4 else socket.AF_INET6
             client = (socket.inet_ntop(fam, packed), port)
             relay = (addr[0], addr[1])
+            if self._relay_networks and not self._is_relay(addr[0]):
+                self._drop("relay_not_allowed")
+                return
             payload = data[offset:]
         else:
             client = (addr[0], addr[1])
@@ -87,6 +98,16 @@ class MediaSocket(asyncio.DatagramProtocol):
         except Exception:  # one bad datagram must never take the socket down
             log.exception("session %s rejected a datagram", route.session.id)
             self._drop("session_error")
+
+    def _is_relay(self, host: str) -> bool:
+        allowed = self._relay_allowed.get(host)
+        if allowed is None:
+            ip = ipaddress.ip_address(host)
+            allowed = any(ip in net for net in self._relay_networks)
+            if len(self._relay_allowed) > 4096:
+                self._relay_allowed.clear()
+            self._relay_allowed[host] = allowed
+        return allowed
 
     def send(self, ufrag: str, data: bytes, to: tuple[str, int] | None = None) -> None:
         """Send a session's datagram: STUN to the authenticated address ``to`` it answers or
@@ -120,7 +141,7 @@ class TransceiverServer:
         self.backend = backend or create_backend(config.backend, url)
         self.metrics = TransceiverMetrics()
         self.demux: Demux[Session] = Demux()
-        self.media = MediaSocket(self.demux, self.metrics)
+        self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False
         self._transport: asyncio.DatagramTransport | None = None

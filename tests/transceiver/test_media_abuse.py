@@ -1,0 +1,78 @@
+"""Garbage on the media socket, raw and encapsulated, of every length: dropped and harmless."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+
+from bench.webrtc_client import run_client
+from common import encap
+from tests.transceiver.conftest import direct_config, run, running
+
+FIRST_BYTES = [0, 1, 2, 3, 20, 22, 63, 128, 144, 191, 255]
+
+
+def garbage(rng: random.Random):  # type: ignore[no-untyped-def]
+    for first in FIRST_BYTES:
+        for length in range(0, 1501, 3):
+            yield (bytes([first]) + rng.randbytes(length))[:length]
+
+
+def test_garbage_from_anywhere_is_dropped_and_a_live_call_goes_on(caplog):
+    caplog.set_level(logging.ERROR)
+
+    async def go() -> None:
+        cfg = direct_config()
+        async with running(cfg) as (server, url):
+            call = asyncio.create_task(run_client(url, 440, seconds=4))
+            for _ in range(100):
+                if any(s.lifecycle.dtls_connected_at for s in server.sessions.values()):
+                    break
+                await asyncio.sleep(0.05)
+            session = next(iter(server.sessions.values()))
+            client = server.demux.path(session.ufrag).client
+            attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            attacker.bind(("127.0.0.1", 0))
+            attacker.setblocking(False)
+            rng = random.Random(3)
+            sent = 0
+            for payload in garbage(rng):
+                # raw from an unknown address, and encapsulated claiming to be the live client
+                for datagram in (payload, encap.encapsulate(payload, *client)):
+                    try:
+                        attacker.sendto(datagram, cfg.media)
+                        sent += 1
+                    except BlockingIOError:
+                        await asyncio.sleep(0.001)
+                if sent % 200 == 0:
+                    await asyncio.sleep(0.005)  # let the server read: every datagram must land
+            result = await call
+            assert result.connected and not result.error, result.error
+            assert result.frames_with_own_tone >= 0.5 * result.frames_expected, "the call went on"
+            samples = server.metrics.dropped.collect()[0].samples
+            dropped = sum(x.value for x in samples if x.name.endswith("_total"))
+            assert dropped >= sent // 2, "every raw datagram from the unknown address was dropped"
+            attacker.close()
+
+    run(go(), timeout_s=90)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) <= 3, "no traceback spam"
+
+
+def test_encapsulated_datagrams_from_outside_the_relay_networks_are_refused():
+    async def go() -> None:
+        cfg = direct_config(relay_networks=("127.0.0.2/32",))
+        async with running(cfg) as (server, _):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.sendto(encap.encapsulate(b"\x80x", "198.51.100.1", 5000), cfg.media)
+            for _ in range(50):
+                if server.metrics.dropped.labels("relay_not_allowed")._value.get():
+                    break
+                await asyncio.sleep(0.02)
+            assert server.metrics.dropped.labels("relay_not_allowed")._value.get() == 1
+            s.close()
+
+    run(go())

@@ -31,6 +31,7 @@ class TransceiverConfig:
     drain_grace_s: float = 30.0
     auth_token: str | None = None
     max_sdp_bytes: int = 64 * 1024
+    body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
     cors_origin: str = "*"
     relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
 
@@ -55,6 +56,7 @@ class TransceiverConfig:
             ("--idle-timeout", self.idle_timeout_s),
             ("--max-duration", self.max_duration_s),
             ("--max-sdp-bytes", self.max_sdp_bytes),
+            ("--body-timeout", self.body_timeout_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

@@ -26,7 +26,6 @@ log = logging.getLogger("rtcedge.transceiver")
 
 STATIC_DIR = Path(__file__).parent / "static"
 RETRY_AFTER_S = "5"
-BODY_READ_TIMEOUT_S = 10.0
 PATCH_REASON = (
     "PATCH is not supported: trickled candidates are not used (clients are reached through "
     "the relay) and an ICE restart needs a new session (POST a new offer)"
@@ -66,7 +65,7 @@ def make_app(server: TransceiverServer) -> web.Application:
         if len(server.sessions) >= cfg.max_sessions:
             return fail("POST", 503, "session limit reached", **{"Retry-After": RETRY_AFTER_S})
         try:
-            raw = await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+            raw = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
         except TimeoutError:

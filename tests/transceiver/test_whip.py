@@ -152,3 +152,22 @@ def test_connect_and_disconnect_200_times_leaves_nothing_behind():
             assert m.sessions_active._value.get() == 0
 
     run(go(), timeout_s=240)
+
+
+def test_a_slow_client_gets_408_and_holds_nothing():
+    async def go():
+        cfg = direct_config(body_timeout_s=0.5)
+        async with running(cfg) as (server, _):
+            reader, writer = await asyncio.open_connection(*cfg.http)
+            writer.write(
+                b"POST /whip HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\n"
+                b"Content-Length: 1000\r\n\r\nv=0\r\n"
+            )
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), 5)
+            assert b" 408 " in status_line
+            writer.close()
+            await writer.wait_closed()
+            assert not server.sessions
+
+    run(go())

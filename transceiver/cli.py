@@ -105,6 +105,8 @@ def main() -> None:
 )
 @_opt("--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'.")
 @_opt("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
+@_opt("--body-timeout", env="BODY_TIMEOUT", type=float, default=10.0, show_default=True,
+      help="Seconds a client has to send its whole offer (slow clients get 408).")
 @_opt(
     "--relay-network",
     "relay_networks",
@@ -154,6 +156,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         drain_grace_s=opts["drain_grace"],
         auth_token=opts["auth_token"],
         cors_origin=opts["cors_origin"],
+        body_timeout_s=opts["body_timeout"],
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
     ).validate()
 

@@ -978,7 +978,7 @@ def step_line(s: Step | dict[str, Any]) -> str:
         f"{n:>5} {d['connected']:>4} "
         f"{_f(d['connect_ms'].get('p50')):>5}/{_f(d['connect_ms'].get('p95')):<5} "
         f"{_f(d['first_echo_ms'].get('p50')):>5}/{_f(d['first_echo_ms'].get('p95')):<5} "
-        f"{_f(loss.get('median'), '{:.2f}'):>6}/{_f(loss.get('worst'), '{:.2f}'):<6}"
+        f"{_f(loss.get('median'), '{:.2f}'):>6}/{_f(loss.get('worst'), '{:.2f}'):<6} "
         f"{_f(rtp.get('worst'), '{:.2f}'):>6} "
         f"{_f(d['echo_lag_ms'].get('median')):>5}/{_f(d['echo_lag_ms'].get('worst')):<5}"
         f"{_f(d['transceiver_cpu_pct'], '{:.1f}'):>6} {_f(d['cpu_per_session_pct'], '{:.2f}'):>6} "
@@ -991,10 +991,10 @@ def step_line(s: Step | dict[str, Any]) -> str:
 
 
 HEADER = (
-    f"{'N':>5} {'conn':>4} {'connect ms':^12}{'1st echo ms':^12}{'frame loss %':^13}"
+    f"{'N':>5} {'conn':>4} {'connect ms':^12}{'1st echo ms':^12}{'frame loss %':^14}"
     f"{'RTP %':>6} {'echo lag ms':^11} {'trx':>6} {'CPU/':>6} {'callers':>7} {'relay':>5} "
     f"{'others':^11}\n"
-    f"{'':>5} {'':>4} {'p50/p95':^12}{'p50/p95':^12}{'med/worst':^13}"
+    f"{'':>5} {'':>4} {'p50/p95':^12}{'p50/p95':^12}{'med/worst':^14}"
     f"{'worst':>6} {'p50/worst':^11} {'%core':>6} {'sess.':>6} {'%core':>7} {'%core':>5} "
     f"{'c0/c1 %core':^11}"
 )

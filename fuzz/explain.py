@@ -26,7 +26,9 @@ def main() -> int:
     harness_module = importlib.import_module(f"fuzz.fuzz_{args.target}")
     from fuzz import script  # after the harness: it imports the modules under test
 
-    harness = harness_module.Harness()
+    config = script.config(data)
+    print(f"configuration: {config}")
+    harness = harness_module.Harness(config)
     media = getattr(harness, "media", None)
     sent: list[tuple[bytes, tuple]] = []
     if media is not None:

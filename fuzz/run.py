@@ -33,7 +33,7 @@ from fuzz.harness import OBSERVATIONS_ENV
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ_DIR = ROOT / "fuzz"
 ALLOW_ENV = "RTCEDGE_FUZZ_ALLOW"  # read by fuzz.script; not imported here (it imports common)
-KNOWN_ALLOWANCES = ("direct-follow", "any-encap-source")
+KNOWN_ALLOWANCES = ("direct-follow",)
 GRACE_S = 120
 """How long past ``--seconds`` a run may take (start-up, slow last input) before it is killed."""
 ARTIFACT_PREFIXES = ("crash-", "timeout-", "oom-", "leak-")

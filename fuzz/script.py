@@ -1,7 +1,9 @@
 """The input language of the demultiplexer targets, and the model they are checked against.
 
 An input is a script of datagrams and control steps, so that one input can authenticate a client,
-then send media, move it, end a session... Each step is ``op arg source len body[len]``:
+then send media, move it, end a session... The first byte is the configuration (``flags & 1``:
+the transceiver knows its relays' networks, ``--relay-network``); then each step is
+``op arg source len body[len]``:
 
 - ``op & 0x07``: the kind of step (``RAW`` .. ``CONTROL``); all but RAW and CONTROL build a STUN
   message for session ``arg % len(SESSIONS)`` with the builders of common.stun, because a mutator
@@ -12,7 +14,10 @@ then send media, move it, end a session... Each step is ``op arg source len body
 The model is the security property, computed independently of the code under test: a client
 address is *proven* for a session once a datagram from it carried a MESSAGE-INTEGRITY that
 verifies with the session's password (fuzz.stunref). Deliveries may go only to a session that the
-client address was proven for; replies only along a (client, relay) pair that was proven.
+client address was proven for; replies only to whoever authenticated (see ``may_send``). Relays
+are trusted to deliver to the client in the header: the two ``RELAYS`` when the transceiver knows
+its relays' networks, any source of an encapsulated datagram when it does not (documented:
+docs/security.md, "Spoofing a client through the media port").
 
 Import this module after the modules under test (it imports common.stun and common.hint), so
 that ``atheris.instrument_imports`` sees them first.
@@ -51,7 +56,6 @@ ALLOW_ENV = "RTCEDGE_FUZZ_ALLOW"
 KNOWN_ISSUES = {
     "direct-follow": "a datagram straight from a latched client address moves the session's "
     "path off its relay without a check",
-    "any-encap-source": "any source that sends an encapsulated datagram is taken for a relay",
 }
 """Invariant relaxations a run may opt into (comma-separated in ALLOW_ENV), so that fuzzing can
 go on past a reported, not yet fixed finding. Never set in CI."""
@@ -95,8 +99,12 @@ class Step:
         return f"{name} src={self.source} {via} arg={self.arg} body={self.body.hex()}"
 
 
+def config(data: bytes) -> Config:
+    return Config(relay_networks=bool(data[:1] and data[0] & 1))
+
+
 def steps(data: bytes) -> Iterator[Step]:
-    i = count = 0
+    i, count = 1, 0  # byte 0 is the configuration
     while i + 4 <= len(data) and count < MAX_STEPS:
         op, arg, source, n = data[i : i + 4]
         body = data[i + 4 : i + 4 + n]
@@ -154,12 +162,17 @@ def learn(slots: list[Slot], payload: bytes, path: PathKey) -> None:
             slot.ever.add(path)
 
 
-def trusted_relay(relay: AddrKey | None) -> bool:
-    """One of our relays: it delivers to the client address in the header and nowhere else."""
-    return relay is not None and (relay in RELAY_KEYS or "any-encap-source" in ALLOWED)
+@dataclass(frozen=True, slots=True)
+class Config:
+    relay_networks: bool
+    """The transceiver knows its relays (``--relay-network``); else any source may encapsulate."""
+
+    def trusted_relay(self, relay: AddrKey | None) -> bool:
+        """A relay: it delivers to the client address in the header and nowhere else."""
+        return relay is not None and (relay in RELAY_KEYS or not self.relay_networks)
 
 
-def may_send(slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
+def may_send(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
     """Whether a datagram of ``slot`` may leave toward ``client`` through ``relay``: whoever
     receives it must have authenticated for the session.
 
@@ -167,12 +180,12 @@ def may_send(slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
     proven, by any path. Encapsulated to any other address, that address receives it and is not a
     relay: it must itself have relayed a proof for that client.
     """
-    if relay is None or trusted_relay(relay):
+    if relay is None or config.trusted_relay(relay):
         return client in slot.clients_ever()
     return (client, relay) in slot.ever
 
 
-def path_allowed(slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
+def path_allowed(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
     """Whether the session's latched path may be (client, relay) (DESIGN.md: latch to the newest
     address that passed a connectivity check). One relaxation is by design: the latched client
     heard through another of our relays is followed at once (transceiver/demux.py)."""
@@ -180,7 +193,7 @@ def path_allowed(slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
         return True
     if client not in slot.clients_ever():
         return False
-    return trusted_relay(relay) or (relay is None and "direct-follow" in ALLOWED)
+    return config.trusted_relay(relay) or (relay is None and "direct-follow" in ALLOWED)
 
 
 def stun_payload(step: Step, slots: list[Slot]) -> bytes:

@@ -118,6 +118,11 @@ def step(kind: int, arg: int, source: int, body: bytes = b"", relay: int | None 
 
 
 def script_seeds() -> dict[str, bytes]:
+    """Scripts, each with the transceiver knowing its relays' networks or not (first byte)."""
+    return {name: bytes([i % 2]) + steps for i, (name, steps) in enumerate(_scripts().items())}
+
+
+def _scripts() -> dict[str, bytes]:
     s = script
     check = s.CHECK
     return {

@@ -6,6 +6,7 @@ worker is running, so a node whose relay is restarting workers is taken out of r
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,9 +16,10 @@ from prometheus_client.registry import CollectorRegistry
 from relay.counters import CounterArea, RelayCollector
 
 
-def start_http_server(
+def make_http_server(
     address: tuple[str, int], counters: CounterArea, state: object
 ) -> ThreadingHTTPServer:
+    """Bind (errors surface at start, before any worker exists); serve with ``serve_in_thread``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RelayCollector(counters, state))
 
@@ -45,7 +47,12 @@ def start_http_server(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(address, Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        daemon_threads = True
+
+    return Server(address, Handler)
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> None:
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server

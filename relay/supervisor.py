@@ -13,6 +13,7 @@ reach the workers through the control block without touching their flows.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import logging
 import os
@@ -36,7 +37,9 @@ from relay.worker import Worker
 
 log = logging.getLogger("rtcedge.relay")
 
-STABLE_AFTER_S = 30.0  # a worker that lived this long resets its crash backoff
+_SUPERVISOR_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
+CRASH_LOOP_S = 1.0  # a worker that dies sooner than this after starting is crash-looping
+PR_SET_PDEATHSIG = 1
 BACKOFF_FIRST_S = 0.05
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # linux/in.h; not exported by Python's socket module
 
@@ -144,6 +147,17 @@ class Supervisor:
             resolver=self.resolver,
         )
         self.state.transceivers = len(self.routing.transceivers)
+        self.http = None
+        if config.metrics:
+            from relay.http import make_http_server
+
+            try:
+                self.http = make_http_server(config.metrics, self.counters, self.state)
+            except OSError as exc:
+                raise ConfigError(
+                    "--metrics", f"cannot listen on {config.metrics}: {exc.strerror}"
+                ) from None
+        self.pid = os.getpid()
         self._stop = False
         self._reload = False
         self._lock = threading.Lock()  # serialises publications from SIGHUP and the DNS thread
@@ -160,7 +174,14 @@ class Supervisor:
 
     # -- workers ---------------------------------------------------------------------------------
     def _spawn(self, slot: WorkerSlot) -> None:
+        # Block the supervisor's signals across fork: a child must never run the supervisor's
+        # handlers (a SIGTERM there would be swallowed); it starts with the default actions.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SUPERVISOR_SIGNALS)
         pid = os.fork()
+        if pid == 0:
+            for sig in _SUPERVISOR_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SUPERVISOR_SIGNALS)
         if pid:
             slot.pid = pid
             slot.started_at = time.monotonic()
@@ -176,12 +197,19 @@ class Supervisor:
             os._exit(code)
 
     def _become_worker(self, slot: WorkerSlot) -> None:
+        # Die with the supervisor (SIGKILLed or crashed): a replacement relay must not find
+        # orphaned workers still holding the public port's SO_REUSEPORT group.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != self.pid:
+            os._exit(0)  # the supervisor died between fork and prctl
         if slot.cpu is not None:
             os.sched_setaffinity(0, {slot.cpu})
         for i, (pub, internal) in enumerate(self.sockets):
             if i != slot.index:
                 pub.close()
                 internal.close()
+        if self.http is not None:
+            self.http.socket.close()  # the supervisor's; a worker serves no HTTP
         pub, internal = self.sockets[slot.index]
         worker = Worker(
             slot.index,
@@ -210,8 +238,10 @@ class Supervisor:
                 if self._stop:
                     break
                 lived = time.monotonic() - slot.started_at
+                # A worker that served a while is restarted at once (queued datagrams wait in the
+                # inherited socket); only one that dies right after starting backs off.
                 slot.consecutive_crashes = (
-                    1 if lived >= STABLE_AFTER_S else slot.consecutive_crashes + 1
+                    slot.consecutive_crashes + 1 if lived < CRASH_LOOP_S else 1
                 )
                 # The first restart is immediate: queued datagrams wait in the inherited socket.
                 delay = 0.0
@@ -271,11 +301,10 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         for slot in self.state.slots:
             self._spawn(slot)
-        from relay.http import start_http_server  # after forking: workers never run its thread
+        if self.http is not None:
+            from relay.http import serve_in_thread
 
-        server = None
-        if self.config.metrics:
-            server = start_http_server(self.config.metrics, self.counters, self.state)
+            serve_in_thread(self.http)  # after forking: workers never run its thread
         if self.config.transceiver_dns:
             threading.Thread(target=self._dns_loop, name="dns", daemon=True).start()
         log.info(
@@ -306,8 +335,8 @@ class Supervisor:
                         self._spawn(slot)
         finally:
             self._shutdown()
-            if server is not None:
-                server.shutdown()
+            if self.http is not None:
+                self.http.shutdown()
 
     def _shutdown(self, grace_s: float = 5.0) -> None:
         for slot in self.state.slots:

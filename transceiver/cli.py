@@ -105,8 +105,14 @@ def main() -> None:
 )
 @_opt("--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'.")
 @_opt("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
-@_opt("--body-timeout", env="BODY_TIMEOUT", type=float, default=10.0, show_default=True,
-      help="Seconds a client has to send its whole offer (slow clients get 408).")
+@_opt(
+    "--body-timeout",
+    env="BODY_TIMEOUT",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds a client has to send its whole offer (slow clients get 408).",
+)
 @_opt(
     "--relay-network",
     "relay_networks",

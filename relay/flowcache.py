@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+import redis
+
 log = logging.getLogger("rtcedge.relay")
 
 MAX_QUEUED = 10_000
@@ -156,20 +158,25 @@ class RedisFlowCache:
         return hits
 
     # -- the thread --------------------------------------------------------------------------------
-    def _connect(self):  # type: ignore[no-untyped-def]
-        import redis
-
-        return redis.Redis.from_url(
+    def _connect(self) -> redis.Redis:
+        client = redis.Redis.from_url(
             self.url,
             socket_timeout=self.timeout_s,
             socket_connect_timeout=max(self.timeout_s, 0.2),
             health_check_interval=0,
             retry_on_timeout=False,
         )
+        client.ping()  # connect now, not on the first lookup a recovering relay makes
+        return client
 
     def _run(self) -> None:
         client = None
         backoff_s = 0.1
+        try:
+            client = self._connect()
+        except Exception as exc:  # Redis down at start: the loop below reconnects
+            self.stats.errors += 1
+            log.warning("redis flow cache unavailable at start (%s)", exc)
         while not self._stop:
             batch = [self._requests.get()]
             while len(batch) < BATCH:

@@ -77,8 +77,14 @@ def main() -> None:
     help="Where callers' audio and events go.",
 )
 @_opt("--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket.")
-@_opt("--max-sessions", env="MAX_SESSIONS", type=int, default=20, show_default=True,
-      help="Sessions this process takes (one process ~ one core; see docs/benchmarks.md).")
+@_opt(
+    "--max-sessions",
+    env="MAX_SESSIONS",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Sessions this process takes (one process ~ one core; see docs/benchmarks.md).",
+)
 @_opt(
     "--ice-timeout",
     env="ICE_TIMEOUT",

@@ -89,9 +89,15 @@ class Demux(Generic[S]):
         entry = self._by_addr.get(client)
         if entry is not None:
             path = entry.path
-            if path is not None and path.client == client:
+            if (
+                path is not None
+                and path.client == client
+                and path.relay is not None
+                and relay is not None
+            ):
                 # The latched client, now through another relay (a relay was replaced): follow
                 # at once. Relays are trusted and forward only what that address really sent.
+                # (Between relayed and direct, as below, only an authenticated check moves it.)
                 if path.relay != relay:
                     entry.path = Path(client, relay)
                     entry.addresses[client] = relay

@@ -30,6 +30,7 @@ from transceiver.session import Session
 log = logging.getLogger("rtcedge.transceiver")
 
 WATCHDOG_INTERVAL_S = 0.5
+MAX_LOGGED_SESSION_ERRORS = 10  # then only counted (rtcedge_transceiver_dropped_datagrams_total)
 
 
 class SessionLimitError(Exception):
@@ -49,6 +50,7 @@ class MediaSocket(asyncio.DatagramProtocol):
         self.metrics = metrics
         self._relay_networks = [ipaddress.ip_network(n, strict=False) for n in relay_networks]
         self._relay_allowed: dict[str, bool] = {}
+        self._session_errors = 0
         self.transport: asyncio.DatagramTransport | None = None
         self._headers: dict[tuple[str, int], bytes] = {}
         self._received = metrics.datagrams.labels("in")
@@ -77,6 +79,9 @@ class MediaSocket(asyncio.DatagramProtocol):
                 return
             payload = data[offset:]
         else:
+            if self._relay_networks:  # behind relays, nobody talks to the socket directly
+                self._drop("direct_not_allowed")
+                return
             client = (addr[0], addr[1])
             payload = data
         if not payload:
@@ -96,8 +101,10 @@ class MediaSocket(asyncio.DatagramProtocol):
         try:
             route.session.ice.datagram_received(payload, client)
         except Exception:  # one bad datagram must never take the socket down
-            log.exception("session %s rejected a datagram", route.session.id)
             self._drop("session_error")
+            self._session_errors += 1
+            if self._session_errors <= MAX_LOGGED_SESSION_ERRORS:  # no traceback spam
+                log.exception("session %s rejected a datagram", route.session.id)
 
     def _is_relay(self, host: str) -> bool:
         allowed = self._relay_allowed.get(host)

@@ -101,3 +101,13 @@ def test_addresses_per_session_are_capped_oldest_first():
     assert d.addresses == 8
     assert d.path_to("ufragA", ("198.51.100.1", 1)) is None
     assert d.path_to("ufragA", ("198.51.100.1", 11)) == d.path("ufragA")
+
+
+def test_moving_between_relayed_and_direct_needs_an_authenticated_check():
+    d = table()
+    pw = "passwordA-0123456789abcd"
+    d.route(check("ufragA", pw), CLIENT, RELAY_A)
+    d.route(b"\x80spoofed, straight to the socket", CLIENT, None)
+    assert d.path("ufragA").relay == RELAY_A
+    d.route(check("ufragA", pw), CLIENT, None)
+    assert d.path("ufragA").relay is None

@@ -22,7 +22,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from relay.allowlist import AllowlistResolver, load_routing
 from relay.config import ConfigError, RelayConfig
 from relay.control import ControlBlock, RoutingConfig
-from relay.counters import CounterArea
+from relay.counters import CONFIG_GENERATION, CounterArea
 from relay.journal import FlowJournal
 from relay.mmsg import set_buffers
 from relay.worker import Worker
@@ -65,8 +65,13 @@ class SupervisorState:
     transceivers: int = 0
     resolver: AllowlistResolver | None = None
 
+    serving: Callable[[int], bool] | None = None  # worker index -> has it entered its loop?
+
     def alive(self) -> int:
-        return sum(1 for s in self.slots if s.pid)
+        """Workers running and serving (they applied the current routing configuration)."""
+        return sum(
+            1 for s in self.slots if s.pid and (self.serving is None or self.serving(s.index))
+        )
 
     def metrics(self) -> Iterator:
         restarts = CounterMetricFamily(
@@ -147,6 +152,7 @@ class Supervisor:
             resolver=self.resolver,
         )
         self.state.transceivers = len(self.routing.transceivers)
+        self.state.serving = self._serving
         self.http = None
         if config.metrics:
             from relay.http import make_http_server
@@ -173,7 +179,12 @@ class Supervisor:
         self.control.publish(routing.to_json())
 
     # -- workers ---------------------------------------------------------------------------------
+    def _serving(self, index: int) -> bool:
+        # A worker publishes the control-block generation it applied just before its loop.
+        return self.counters.block(index)[CONFIG_GENERATION] == self.control.generation()
+
     def _spawn(self, slot: WorkerSlot) -> None:
+        self.counters.block(slot.index)[CONFIG_GENERATION] = 0  # not serving until it says so
         # Block the supervisor's signals across fork: a child must never run the supervisor's
         # handlers (a SIGTERM there would be swallowed); it starts with the default actions.
         signal.pthread_sigmask(signal.SIG_BLOCK, _SUPERVISOR_SIGNALS)

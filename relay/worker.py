@@ -130,6 +130,7 @@ class Worker:
         self.wall = time.time()
         self._next_confirmed_sweep = 0
         self._stop = False
+        self.serving = False
 
     def _prepare_batch_views(self, batch: int) -> None:
         """Precompute what the batch-at-once paths slice with, once."""
@@ -175,7 +176,8 @@ class Worker:
             return
         self.generation, raw = self.control.read()
         self.apply_routing(RoutingConfig.from_json(raw))
-        self.ctr[C.CONFIG_GENERATION] = self.generation
+        if self.serving:  # /readyz: this worker forwards with the current configuration
+            self.ctr[C.CONFIG_GENERATION] = self.generation
 
     def restore_journal(self) -> int:
         restored = 0
@@ -532,6 +534,8 @@ class Worker:
         for fd in (self.public_fd, self.internal_fd, wake_r):
             poller.register(fd, select.POLLIN)
         next_tick = time.monotonic() + 1.0
+        self.serving = True
+        self.ctr[C.CONFIG_GENERATION] = self.generation
         while not self._stop:
             # Drain both sockets in turns, so one direction cannot starve the other; sleep only
             # when a round found nothing.

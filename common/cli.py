@@ -44,11 +44,13 @@ def bench() -> None:
 
 
 def _mount_subcommands() -> None:
+    from bench.recovery import recovery_bench
     from bench.relay_pps import relay_bench
     from bench.sessions import sessions_bench
     from transceiver.up import up
 
     bench.add_command(relay_bench, "relay")
+    bench.add_command(recovery_bench, "recovery")
     bench.add_command(sessions_bench, "sessions")
     main.add_command(up, "up")
 

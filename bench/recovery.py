@@ -145,11 +145,15 @@ async def trial_replace(caller: Caller, relay: RelayProcess, redis_url: str | No
     return gap, new
 
 
-async def run_bench(trials: int, out_dir: str) -> dict:
+SCENARIOS = ("baseline", "worker", "relay-redis", "relay-no-redis")
+
+
+async def run_bench(trials: int, out_dir: str, scenarios: tuple[str, ...] = SCENARIOS) -> dict:
     loopback_only()
     results: dict[str, list[float]] = {}
+    ended: dict[str, dict[str, float]] = {}
     with RedisServer() as rds:
-        for scenario in ("baseline", "worker", "relay-redis", "relay-no-redis"):
+        for scenario in scenarios:
             redis_url = rds.url if scenario != "relay-no-redis" else None
             relay = RelayProcess(
                 {}, workers=2, extra_args=["--redis-url", redis_url] if redis_url else []
@@ -172,6 +176,12 @@ async def run_bench(trials: int, out_dir: str) -> dict:
                         gap, relay = await trial_replace(caller, relay, redis_url)
                         gaps.append(gap)
                     await asyncio.sleep(0.5)
+                text = trx.http("/metrics")[1]
+                ended[scenario] = {
+                    line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("rtcedge_transceiver_sessions_ended_total{")
+                }
             finally:
                 await caller.pc.close()
                 trx.stop(timeout_s=5)
@@ -188,6 +198,7 @@ async def run_bench(trials: int, out_dir: str) -> dict:
             "p95_ms": round(p95, 1),
             "target_p95_ms": TARGETS_MS[name],
             "pass": TARGETS_MS[name] is None or p95 <= TARGETS_MS[name],
+            "sessions_ended_during_trials": ended.get(name, {}),
         }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -201,9 +212,16 @@ async def run_bench(trials: int, out_dir: str) -> dict:
 @click.command()
 @click.option("--trials", type=click.IntRange(1, 100), default=10, show_default=True)
 @click.option("--out", default=str(Path(__file__).parent / "results"), show_default=True)
-def recovery_bench(trials: int, out: str) -> None:
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    type=click.Choice(SCENARIOS),
+    help="Run only these (repeatable) [default: all].",
+)
+def recovery_bench(trials: int, out: str, scenarios: tuple[str, ...]) -> None:
     """Audio gap a real caller hears when a worker, a relay or the path fails over."""
-    summary = asyncio.run(asyncio.wait_for(run_bench(trials, out), 900))
+    summary = asyncio.run(asyncio.wait_for(run_bench(trials, out, scenarios or SCENARIOS), 900))
     path = summary.pop("_path")
     click.echo(f"{'scenario':16} {'trials':>6} {'p50 ms':>8} {'p95 ms':>8} {'target':>8}  result")
     for name, s in summary.items():

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import select
@@ -104,7 +103,6 @@ class RelayProcess:
     keyring: Keyring = field(default_factory=lambda: Keyring.generate(1))
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
-    workdir: Path | None = None
     quiet: bool = True  # capture stderr (tests); False lets the child log to ours
 
     def __post_init__(self) -> None:
@@ -285,10 +283,6 @@ def udp_drops(port: int) -> int:
                 if int(cols[1].rsplit(":", 1)[1], 16) == port:
                     total += int(cols[-1])
     return total
-
-
-def dump(obj: object) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True)
 
 
 @dataclass

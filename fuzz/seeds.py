@@ -29,6 +29,20 @@ RTCP_SR = bytes.fromhex("80c80006deadbeef") + bytes(20)
 SRTCP_RR = bytes.fromhex("81c90007deadbeef") + bytes(24)
 
 
+def _request(attribute: bytes) -> bytes:
+    header = struct.pack("!HHI", stun.BINDING_REQUEST, len(attribute), stun.MAGIC_COOKIE)
+    return header + bytes(range(12)) + attribute
+
+
+AIOICE_STRUCT_ERROR = {
+    # Accepted by common.stun.parse, raise struct.error in aioice.stun.parse_message (found by
+    # the aioice and media_socket targets; kept as regression seeds).
+    "aioice-priority-2-bytes": _request(struct.pack("!HH", 0x0024, 2) + b"\xab\xcd\0\0"),
+    "aioice-ice-controlling-4-bytes": _request(struct.pack("!HH", 0x802A, 4) + bytes(4)),
+    "aioice-channel-number-empty": _request(struct.pack("!HH", 0x000C, 0)),
+}
+
+
 def txid(n: int) -> bytes:
     return hashlib.sha256(b"txid%d" % n).digest()[:12]
 
@@ -72,6 +86,7 @@ def stun_seeds() -> dict[str, bytes]:
     header = struct.pack("!HHI", stun.BINDING_REQUEST, 0, stun.MAGIC_COOKIE) + txid(33)
     seeds["check-mi-sha256"] = stunref.repair(header + with_sha256, STUN_KEY)
     seeds["header-only"] = header[:2] + b"\0\0" + header[4:8] + txid(34)
+    seeds.update(AIOICE_STRUCT_ERROR)
     seeds["dtls-client-hello"] = DTLS_CLIENT_HELLO
     seeds["rtp"] = RTP
     seeds["rtcp-sr"] = RTCP_SR
@@ -173,6 +188,13 @@ def _scripts() -> dict[str, bytes]:
         + step(s.RAW, 0, 0, RTP),
         "many-addresses": b"".join(step(check, 0, i, txid(70 + i)) for i in range(12))
         + step(s.RAW, 0, 0, RTP)
+        + step(s.CONTROL, 0, 0),
+        "aioice-struct-error-from-a-learned-address": step(check, 0, 0, txid(80), relay=0)
+        + step(s.RAW, 0, 0, AIOICE_STRUCT_ERROR["aioice-priority-2-bytes"], relay=0),
+        # Finding (docs/fuzzing.md): a raw datagram from the latched client's address, not
+        # through a relay, moves the session's path off the relay without a check.
+        "finding-direct-follow": step(check, 0, 0, txid(81), relay=0)
+        + step(s.RAW, 0, 0, b"\x80\x00spoofed")
         + step(s.CONTROL, 0, 0),
         "direct-encap-and-noise": step(s.RAW, 0, 7, encap.encapsulate(RTP, "198.51.100.1", 40000))
         + step(s.RAW, 0, 7, b"\xff\x14\x04")

@@ -16,6 +16,8 @@ import socket
 import time
 from typing import Any
 
+from aioice import stun as aioice_stun
+
 from common import encap, stun
 from common.hint import NONCE_LEN, sign_hint
 from relay.allowlist import load_keyring
@@ -88,11 +90,18 @@ class MediaSocket(asyncio.DatagramProtocol):
             self._drop("empty")
             return
         if payload[0] < 4:
-            # Our strict parser first: aioice's own raises struct.error on some malformed input.
+            # Our strict parser first, then aioice's own, which raises struct.error (not
+            # ValueError) on attributes of the wrong size that are well-formed TLVs (found by
+            # fuzzing). STUN is rare (checks, consent): parsing it twice costs nothing.
             try:
                 stun.parse(payload)
             except stun.StunError:
                 self._drop("stun_malformed")
+                return
+            try:
+                aioice_stun.parse_message(payload)
+            except Exception:
+                self._drop("stun_rejected_by_aioice")
                 return
         route = self.demux.route(payload, client, relay)
         if route.session is None:

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import atheris  # noqa: F401 - the 'fuzz' dependency group; CI installs it, a missing one fails
 import pytest
 
 from fuzz.run import TARGETS
 
-pytest.importorskip("atheris")  # the optional 'fuzz' dependency group
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_RUNS = 20_000
 SMOKE_SECONDS = 5

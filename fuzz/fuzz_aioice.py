@@ -1,10 +1,12 @@
 """Target ``aioice``: aioice's STUN parser on what our strict parser lets through.
 
-The transceiver hands STUN to aioice only after ``common.stun.parse`` accepted it (MediaSocket).
-aioice's ``parse_message`` is expected to raise ValueError on bad input; any other exception on a
-message we accepted is recorded as an observation (not a crash, so the run goes on): it is a
-datagram that would reach aioice from the shared socket and raise there. Inputs are tried as they
-are and repaired (fuzz.stunref) so that mutations get past FINGERPRINT.
+aioice's ``parse_message`` is meant to raise ValueError on bad input, yet raises ``struct.error``
+on some messages our strict parser accepts (attributes of the wrong size). MediaSocket therefore
+runs aioice's parser itself and drops what it rejects (``stun_rejected_by_aioice``; the
+media_socket target checks that nothing reaches a session that aioice raises on). This target keeps
+the list of such inputs current, e.g. after an aioice upgrade: each kind is recorded as an
+observation, not a crash, so the run goes on. Inputs are tried as they are and repaired
+(fuzz.stunref) so that mutations get past FINGERPRINT.
 """
 
 from __future__ import annotations

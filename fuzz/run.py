@@ -32,8 +32,6 @@ from fuzz.harness import OBSERVATIONS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ_DIR = ROOT / "fuzz"
-ALLOW_ENV = "RTCEDGE_FUZZ_ALLOW"  # read by fuzz.script; not imported here (it imports common)
-KNOWN_ALLOWANCES = ("direct-follow",)
 GRACE_S = 120
 """How long past ``--seconds`` a run may take (start-up, slow last input) before it is killed."""
 ARTIFACT_PREFIXES = ("crash-", "timeout-", "oom-", "leak-")
@@ -127,8 +125,6 @@ def run_target(name: str, target: Target, args: argparse.Namespace) -> Result:
     env = dict(os.environ)
     env[OBSERVATIONS_ENV] = str(observations)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    if args.allow:
-        env[ALLOW_ENV] = ",".join(args.allow)
     print(f"== fuzz {name}: {target.about}", flush=True)
     print("   " + " ".join(cmd), flush=True)
 
@@ -225,13 +221,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=25, help="seconds one input may take")
     parser.add_argument("--rss-limit-mb", type=int, default=2048)
     parser.add_argument("--no-seeds", action="store_true", help="do not read fuzz/corpus/<t>")
-    parser.add_argument(
-        "--allow",
-        action="append",
-        choices=KNOWN_ALLOWANCES,
-        default=[],
-        help="tolerate a reported, unfixed finding (fuzz/script.py KNOWN_ISSUES); never in CI",
-    )
     parser.add_argument("--fail-on-observation", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="echo every libFuzzer line")
     parser.add_argument(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -51,17 +50,6 @@ SOURCES: tuple[tuple, ...] = (
     ("0.0.0.0", 0),
 )
 RELAYS: tuple[tuple[str, int], ...] = (("10.0.0.1", 4000), ("10.0.0.2", 4000))
-
-ALLOW_ENV = "RTCEDGE_FUZZ_ALLOW"
-KNOWN_ISSUES = {
-    "direct-follow": "a datagram straight from a latched client address moves the session's "
-    "path off its relay without a check",
-}
-"""Invariant relaxations a run may opt into (comma-separated in ALLOW_ENV), so that fuzzing can
-go on past a reported, not yet fixed finding. Never set in CI."""
-ALLOWED = frozenset(os.environ.get(ALLOW_ENV, "").split(",")) - {""}
-if ALLOWED - KNOWN_ISSUES.keys():
-    raise SystemExit(f"{ALLOW_ENV}: unknown {sorted(ALLOWED - KNOWN_ISSUES.keys())}")
 
 RELAY_KEYS = frozenset((ipaddress.ip_address(h).packed, p) for h, p in RELAYS)
 
@@ -193,7 +181,7 @@ def path_allowed(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | N
         return True
     if client not in slot.clients_ever():
         return False
-    return config.trusted_relay(relay) or (relay is None and "direct-follow" in ALLOWED)
+    return config.trusted_relay(relay)
 
 
 def stun_payload(step: Step, slots: list[Slot]) -> bytes:

@@ -191,9 +191,9 @@ def _scripts() -> dict[str, bytes]:
         + step(s.CONTROL, 0, 0),
         "aioice-struct-error-from-a-learned-address": step(check, 0, 0, txid(80), relay=0)
         + step(s.RAW, 0, 0, AIOICE_STRUCT_ERROR["aioice-priority-2-bytes"], relay=0),
-        # Finding (docs/fuzzing.md): a raw datagram from the latched client's address, not
-        # through a relay, moves the session's path off the relay without a check.
-        "finding-direct-follow": step(check, 0, 0, txid(81), relay=0)
+        # Found by fuzzing (fixed in 29a43af): a datagram straight from the latched client's
+        # address, not through a relay, moved the session's path off its relay without a check.
+        "direct-datagram-from-a-relayed-client": step(check, 0, 0, txid(81), relay=0)
         + step(s.RAW, 0, 0, b"\x80\x00spoofed")
         + step(s.CONTROL, 0, 0),
         "direct-encap-and-noise": step(s.RAW, 0, 7, encap.encapsulate(RTP, "198.51.100.1", 40000))

@@ -3,7 +3,7 @@
 ``Demux.route(data, client, relay)`` with three sessions, driven by a script (fuzz.script) that
 also ends and restarts sessions and forgets addresses. Findings: any exception; a datagram routed
 to a session its client address was not proven for (model in fuzz.script); ``learned`` on a
-datagram that proves nothing for that session; a drop without a known reason; a latched path or
+datagram that proves nothing for that session; a drop without a reason; a latched path or
 a ``path_to`` answer that no check established; a removed session still reachable.
 """
 

@@ -1,14 +1,16 @@
 """Target ``media_socket``: the transceiver's datagram entry point, ``MediaSocket``.
 
 A real ``Demux`` and ``TransceiverMetrics`` behind ``MediaSocket.datagram_received`` (relay
-decapsulation, strict STUN parse, demultiplexing, delivery), three stand-in sessions whose ICE
-agent records what it gets and answers through ``MediaSocket.send``, and a transport that records
-``sendto``. The input is a script (fuzz.script): which source, relay or direct, what payload.
+decapsulation and allowlist, STUN parse guards, demultiplexing, delivery), three stand-in sessions
+whose ICE agent records what it gets and answers through ``MediaSocket.send``, and a transport
+that records ``sendto``. The input is a script (fuzz.script): the configuration, then which
+source, relay or direct, what payload.
 
 Findings: an exception escaping ``datagram_received`` or ``send``; a datagram neither delivered
 once nor dropped once; a delivery to a session its client address was not proven for (model in
-fuzz.script), or of other bytes than the decapsulated payload; a datagram sent along a (client,
-relay) pair never proven for the sending session.
+fuzz.script), or of other bytes than the decapsulated payload; behind ``--relay-network``, a
+delivery of a direct datagram or of one encapsulated by a non-relay; a datagram sent to anyone who
+did not authenticate for the sending session; a latched path that no check established.
 
 The stand-in runs aioice's STUN parser exactly where the real session's ``StunProtocol`` would:
 any exception from it is a finding too (MediaSocket must never hand aioice a datagram its parser
@@ -72,8 +74,6 @@ class Harness:
         self.drops: list[str] = []
         self.violations: list[str] = []
         self.deliveries: list[tuple[script.Slot, bytes, tuple]] = []
-        self.current = b""
-        self.context = ""
         drop = self.media._drop
 
         def record_drop(reason: str) -> None:
@@ -107,7 +107,7 @@ class Harness:
             except Exception as exc:
                 self.violations.append(f"aioice raised {exc!r} on a delivered datagram")
                 raise
-        if data[0] < 4:  # aioice answers a check to the address it came from
+            # aioice answers a check to the address it came from.
             self.media.send(slot.ufrag, stun_of(slot), (addr[0], addr[1]))
         self.media.send(slot.ufrag, media_of(slot))
 
@@ -134,7 +134,6 @@ class Harness:
 
     def datagram(self, step: script.Step) -> None:
         data, addr = script.datagram(step, self.slots)
-        self.current, self.context = data, step.describe()
         expected = script.received(data, addr) if data else None
         if expected is not None and self.config.relay_networks:
             # Behind relays: encapsulated only by a relay, never straight from a client.

@@ -6,7 +6,7 @@ the transceiver knows its relays' networks, ``--relay-network``); then each step
 ``op arg source len body[len]``:
 
 - ``op & 0x07``: the kind of step (``RAW`` .. ``CONTROL``); all but RAW and CONTROL build a STUN
-  message for session ``arg % len(SESSIONS)`` with the builders of common.stun, because a mutator
+  message for session ``arg % len(UFRAGS)`` with the builders of common.stun, because a mutator
   cannot forge an HMAC: without them no address would ever be learned;
 - ``op & 0x08``: through a relay (``RELAYS[(op >> 4) & 1]``), else straight from the client;
 - ``source``: the client address, ``SOURCES[source % len(SOURCES)]``.
@@ -87,6 +87,16 @@ class Step:
         return f"{name} src={self.source} {via} arg={self.arg} body={self.body.hex()}"
 
 
+@dataclass(frozen=True, slots=True)
+class Config:
+    relay_networks: bool
+    """The transceiver knows its relays (``--relay-network``); else any source may encapsulate."""
+
+    def trusted_relay(self, relay: AddrKey | None) -> bool:
+        """A relay: it delivers to the client address in the header and nowhere else."""
+        return relay is not None and (relay in RELAY_KEYS or not self.relay_networks)
+
+
 def config(data: bytes) -> Config:
     return Config(relay_networks=bool(data[:1] and data[0] & 1))
 
@@ -148,16 +158,6 @@ def learn(slots: list[Slot], payload: bytes, path: PathKey) -> None:
         if slot.present and stunref.integrity_valid(payload, slot.password.encode()):
             slot.proven.add(path)
             slot.ever.add(path)
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    relay_networks: bool
-    """The transceiver knows its relays (``--relay-network``); else any source may encapsulate."""
-
-    def trusted_relay(self, relay: AddrKey | None) -> bool:
-        """A relay: it delivers to the client address in the header and nowhere else."""
-        return relay is not None and (relay in RELAY_KEYS or not self.relay_networks)
 
 
 def may_send(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 
 from bench.webrtc_client import run_client
 from tests.transceiver.conftest import direct_config, run, running
+from transceiver.audio import BackendAudioTrack
 from transceiver.backend import FRAME_BYTES, Backend, BackendSession
 
 
@@ -39,19 +40,26 @@ class ScriptedBackend(Backend):
         return session
 
 
-def test_backend_can_clear_buffered_audio_and_hang_up():
+def test_backend_can_clear_buffered_audio_and_hang_up(monkeypatch):
+    # Record what clear() drops on every track from the start: the scripted backend acts as soon as
+    # the data channel opens, which can be before a poll of server.sessions would see the session.
+    cleared: list[int] = []
+    original_clear = BackendAudioTrack.clear
+
+    def recording_clear(track: BackendAudioTrack) -> int:
+        cleared.append(original_clear(track))
+        return cleared[-1]
+
+    monkeypatch.setattr(BackendAudioTrack, "clear", recording_clear)
+
     async def go():
-        cleared: list[int] = []
         async with running(direct_config(), ScriptedBackend()) as (server, url):
             call = asyncio.create_task(run_client(url, 440, seconds=3, delete=False))
-            for _ in range(100):
-                if server.sessions:
+            for _ in range(200):
+                if server.metrics.sessions_ended.labels("backend_hangup")._value.get():
                     break
                 await asyncio.sleep(0.05)
-            track = next(iter(server.sessions.values())).out_track
-            original_clear = track.clear
-            track.clear = lambda: cleared.append(original_clear()) or cleared[-1]
-            for _ in range(200):
+            for _ in range(100):
                 if not server.sessions:
                     break
                 await asyncio.sleep(0.05)

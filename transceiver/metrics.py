@@ -42,6 +42,13 @@ class TransceiverMetrics:
             ["direction"],
             registry=r,
         )
+        self.jitter_events = Counter(
+            "rtcedge_transceiver_audio_jitter_events",
+            "Inbound audio packets the jitter buffer gave up on (lost), dropped as late or to cut"
+            " latency (trimmed), and sequence restarts (resync).",
+            ["event"],
+            registry=r,
+        )
         self.backend_errors = Counter(
             "rtcedge_transceiver_backend_errors", "Backend failures.", registry=r
         )

@@ -17,6 +17,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
+from transceiver import jitter
 from transceiver.audio import BackendAudioTrack, InboundConverter
 from transceiver.backend import BackendSession, SessionInfo
 from transceiver.ice import SharedSocketConnection, install
@@ -73,6 +74,7 @@ class Session:
         pc.on("connectionstatechange", self._on_connection_state)
         await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
         install(pc, self.ice)
+        jitter.install(pc, on_event=self._on_jitter_event)
         pc.addTrack(self.out_track)
         info = SessionInfo(self.id, self.server.config.transceiver_id, remote, metadata)
         self.backend = await self.server.backend.open_session(
@@ -83,6 +85,9 @@ class Session:
         self._connect_task = _connect_task_of(pc)
         self.lifecycle.start_connecting(time.monotonic())
         return pc.localDescription.sdp
+
+    def _on_jitter_event(self, event: str, count: int) -> None:
+        self.server.metrics.jitter_events.labels(event).inc(count)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

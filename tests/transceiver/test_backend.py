@@ -22,7 +22,7 @@ from transceiver.backend import (
     SessionInfo,
     create_backend,
 )
-from transceiver.backends.echo import EchoBackend
+from transceiver.backends.echo import EchoBackend, EchoSession, PlayoutEstimate
 from transceiver.backends.websocket import WebSocketBackend, WebSocketSession
 
 TEST_TIMEOUT_S = 5.0
@@ -165,6 +165,34 @@ def test_echo_returns_audio_and_wraps_events() -> None:
         await backend.close()
 
     run(body())
+
+
+def test_echo_drops_what_would_make_it_lag_and_follows_real_time() -> None:
+    now = [100.0]
+    sinks = Sinks()
+    session = EchoSession(info(), *sinks.args()[:2], max_lag_frames=5, clock=lambda: now[0])
+    for n in range(12):  # a burst: 12 frames within the same instant
+        session.audio_in(frame(n))
+    assert sinks.audio == [frame(n) for n in range(5)], "only 100 ms of it is queued"
+    assert (session.frames_in, session.frames_out, session.frames_dropped) == (12, 5, 7)
+    now[0] += 0.059  # nearly three frames played out: room for three more
+    for n in range(12, 16):
+        session.audio_in(frame(n))
+    assert sinks.audio[5:] == [frame(12), frame(13), frame(14)]
+    for n in range(16, 66):  # then real time, one frame per 20 ms: nothing dropped
+        now[0] += 0.020
+        session.audio_in(frame(n))
+    assert session.frames_dropped == 8 and sinks.audio[-1] == frame(65)
+
+
+def test_playout_estimate_drains_in_real_time() -> None:
+    playout = PlayoutEstimate(frame_s=0.02)
+    assert playout.depth(0.0) == 0.0
+    for _ in range(4):
+        playout.add()
+    assert playout.depth(0.0) == 4.0
+    assert playout.depth(0.05) == pytest.approx(1.5)
+    assert playout.depth(1.0) == 0.0
 
 
 # -- websocket: the happy path --

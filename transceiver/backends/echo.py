@@ -6,29 +6,66 @@ without any inference service.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from transceiver.backend import FRAME_BYTES, Backend, BackendSession, SessionInfo
 
-__all__ = ["EchoBackend", "EchoSession"]
+__all__ = ["EchoBackend", "EchoSession", "PlayoutEstimate"]
+
+FRAME_S = 0.020
+MAX_LAG_FRAMES = 5  # 100 ms
+
+
+class PlayoutEstimate:
+    """How many frames a sink that plays one every 20 ms still holds, from when each was given.
+
+    The echo cannot see the outbound track's queue (a backend only has ``emit_audio``), but the
+    track drains it in real time, so the depth follows from the hand-over times alone.
+    """
+
+    def __init__(self, frame_s: float = FRAME_S) -> None:
+        self.frame_s = frame_s
+        self.queued = 0.0
+        self._at: float | None = None
+
+    def depth(self, now: float) -> float:
+        if self._at is not None:
+            self.queued = max(0.0, self.queued - (now - self._at) / self.frame_s)
+        self._at = now
+        return self.queued
+
+    def add(self) -> None:
+        self.queued += 1.0
 
 
 class EchoSession(BackendSession):
-    """Audio back as it comes, each event wrapped as ``{"type": "echo", "event": ...}``."""
+    """Audio back as it comes, each event wrapped as ``{"type": "echo", "event": ...}``.
+
+    A live echo keeps its delay short: when incoming audio arrives in a burst (packets that
+    waited in a queue during a fail-over, a stalled event loop), frames that would put more
+    than ``max_lag_frames`` ahead of playback are dropped (``frames_dropped``) instead of
+    delaying everything the caller hears afterwards.
+    """
 
     def __init__(
         self,
         info: SessionInfo,
         emit_audio: Callable[[bytes], None],
         emit_event: Callable[[dict], None],
+        max_lag_frames: int = MAX_LAG_FRAMES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.info = info
         self.closed = False
         self.close_reason: str | None = None
         self.frames_in = 0  # frames given to audio_in
         self.frames_out = 0  # frames passed to emit_audio
-        self.frames_dropped = 0  # never: the sink is never behind the source here
+        self.frames_dropped = 0  # frames that would have made the echo lag
         self.protocol_errors = 0
+        self.max_lag_frames = max_lag_frames
+        self._playout = PlayoutEstimate()
+        self._clock = clock
         self._emit_audio = emit_audio
         self._emit_event = emit_event
 
@@ -38,6 +75,10 @@ class EchoSession(BackendSession):
         if self.closed:
             return
         self.frames_in += 1
+        if self._playout.depth(self._clock()) >= self.max_lag_frames:
+            self.frames_dropped += 1
+            return
+        self._playout.add()
         self._emit_audio(bytes(pcm))
         self.frames_out += 1
 

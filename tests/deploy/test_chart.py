@@ -175,6 +175,7 @@ def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeyp
     assert wanted == values["relay"]["publicAddress"]
     assert config.media[1] == 5000 and config.http[1] == 8080
     assert config.keyring_path == "/secrets/keyring.json"
+    assert config.relay_networks == tuple(values.get("transceiver", {}).get("relayNetworks", ()))
     spec = trx["spec"]["template"]["spec"]
     preStop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
     assert spec["terminationGracePeriodSeconds"] > config.drain_grace_s + preStop

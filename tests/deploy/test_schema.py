@@ -67,6 +67,7 @@ def test_a_wrong_value_type_is_rejected(override, where):
         ({"redis": {"url": "http://redis:6379"}}, "/redis/url"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
         ({"metrics": {"serviceMonitor": {"interval": "15"}}}, "/metrics/serviceMonitor/interval"),
+        ({"transceiver": {"relayNetworks": ["10.0.0.0"]}}, "/transceiver/relayNetworks/0"),
     ],
 )
 def test_an_out_of_range_value_is_rejected(override, where):

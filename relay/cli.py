@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 import click
 
+from common.options import env_option, setup_logging
 from relay.config import (
     ConfigError,
     RelayConfig,
@@ -37,41 +37,37 @@ SIGHUP reloads the keyring and the allowlist; SIGTERM stops.
 """
 
 
-def _opt(*names: str, env: str, **kw: object):
-    return click.option(*names, envvar=f"RTCEDGE_{env}", show_envvar=True, **kw)
-
-
 @click.group()
 def main() -> None:
     """rtcedge relay: forwards WebRTC UDP flows to the transceiver named in their ICE ufrag."""
 
 
 @main.command(epilog=EXAMPLES)
-@_opt(
+@env_option(
     "--listen",
     env="LISTEN",
     default="0.0.0.0:3478",
     show_default=True,
     help="Public UDP address shared by all workers (SO_REUSEPORT).",
 )
-@_opt(
+@env_option(
     "--internal",
     env="INTERNAL",
     default="127.0.0.1:4000",
     show_default=True,
     help="Internal HOST:PORT_BASE; worker i binds PORT_BASE+i and talks to transceivers from it.",
 )
-@_opt(
+@env_option(
     "--workers",
     env="WORKERS",
     type=int,
     default=None,
     help="Worker processes [default: usable CPU count].",
 )
-@_opt(
+@env_option(
     "--pin/--no-pin", env="PIN", default=True, show_default=True, help="Pin each worker to one CPU."
 )
-@_opt(
+@env_option(
     "--cluster",
     env="CLUSTER",
     type=int,
@@ -79,39 +75,39 @@ def main() -> None:
     show_default=True,
     help="This relay's cluster id (0-255); hints for other clusters are dropped.",
 )
-@_opt(
+@env_option(
     "--keyring",
     env="KEYRING",
     type=click.Path(dir_okay=False),
     default=None,
     help="Hint keyring JSON file (a mounted Kubernetes Secret).",
 )
-@_opt(
+@env_option(
     "--keyring-json",
     env="KEYRING_JSON",
     default=None,
     help="Hint keyring JSON given inline instead of --keyring.",
 )
-@_opt(
+@env_option(
     "--transceiver",
     "transceivers",
     env="TRANSCEIVERS",
     multiple=True,
     help="Allowlisted transceiver ID=HOST:PORT (repeatable; env: space separated).",
 )
-@_opt(
+@env_option(
     "--transceiver-dns",
     env="TRANSCEIVER_DNS",
     default=None,
     help="DNS template with {id}, e.g. 'rtcedge-transceiver-{id}.rtcedge-transceiver:5000'.",
 )
-@_opt(
+@env_option(
     "--transceiver-ids",
     env="TRANSCEIVER_IDS",
     default=None,
     help="Ids to expand the DNS template with, e.g. 0-15.",
 )
-@_opt(
+@env_option(
     "--dns-interval",
     env="DNS_INTERVAL",
     type=float,
@@ -119,7 +115,7 @@ def main() -> None:
     show_default=True,
     help="Seconds between background re-resolutions of the DNS template.",
 )
-@_opt(
+@env_option(
     "--max-pending-flows",
     env="MAX_PENDING_FLOWS",
     type=int,
@@ -127,7 +123,7 @@ def main() -> None:
     show_default=True,
     help="Pending flows per worker.",
 )
-@_opt(
+@env_option(
     "--max-pending-per-ufrag",
     env="MAX_PENDING_PER_UFRAG",
     type=int,
@@ -135,7 +131,7 @@ def main() -> None:
     show_default=True,
     help="Pending flows one hint may open.",
 )
-@_opt(
+@env_option(
     "--max-pending-per-prefix",
     env="MAX_PENDING_PER_PREFIX",
     type=int,
@@ -143,7 +139,7 @@ def main() -> None:
     show_default=True,
     help="Pending flows per source /24 (IPv4) or /64 (IPv6).",
 )
-@_opt(
+@env_option(
     "--pending-ttl",
     env="PENDING_TTL",
     type=int,
@@ -151,7 +147,7 @@ def main() -> None:
     show_default=True,
     help="Seconds a pending flow waits for its transceiver's reply.",
 )
-@_opt(
+@env_option(
     "--max-flows",
     env="MAX_FLOWS",
     type=int,
@@ -159,7 +155,7 @@ def main() -> None:
     show_default=True,
     help="Confirmed flows per worker.",
 )
-@_opt(
+@env_option(
     "--idle-ttl",
     env="IDLE_TTL",
     type=int,
@@ -167,7 +163,7 @@ def main() -> None:
     show_default=True,
     help="Seconds a confirmed flow lives without traffic from its transceiver.",
 )
-@_opt(
+@env_option(
     "--max-hint-age",
     env="MAX_HINT_AGE",
     type=int,
@@ -175,14 +171,14 @@ def main() -> None:
     show_default=True,
     help="Maximum session age in seconds; older hints are rejected.",
 )
-@_opt(
+@env_option(
     "--metrics",
     env="METRICS",
     default="127.0.0.1:9478",
     show_default=True,
     help="HOST:PORT for /metrics, /healthz and /readyz, or 'off'.",
 )
-@_opt(
+@env_option(
     "--batch",
     env="BATCH",
     type=int,
@@ -190,7 +186,7 @@ def main() -> None:
     show_default=True,
     help="Datagrams per recvmmsg/sendmmsg call.",
 )
-@_opt(
+@env_option(
     "--socket-buffer",
     env="SOCKET_BUFFER",
     type=int,
@@ -198,13 +194,13 @@ def main() -> None:
     show_default=True,
     help="SO_RCVBUF/SO_SNDBUF bytes per socket.",
 )
-@_opt(
+@env_option(
     "--redis-url",
     env="REDIS_URL",
     default=None,
     help="Optional Redis for faster recovery after a relay restart, e.g. redis://redis:6379/0.",
 )
-@_opt(
+@env_option(
     "--redis-timeout-ms",
     env="REDIS_TIMEOUT_MS",
     type=int,
@@ -212,7 +208,7 @@ def main() -> None:
     show_default=True,
     help="Timeout of one Redis operation; the relay never waits for Redis to forward.",
 )
-@_opt(
+@env_option(
     "--redis-lookups-per-s",
     env="REDIS_LOOKUPS_PER_S",
     type=int,
@@ -220,7 +216,7 @@ def main() -> None:
     show_default=True,
     help="Per worker, lookups for packets of unknown clients.",
 )
-@_opt(
+@env_option(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -229,10 +225,7 @@ def main() -> None:
 )
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
-    logging.basicConfig(
-        level=str(opts["log_level"]).upper(),
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
-    )
+    setup_logging(str(opts["log_level"]))
     try:
         config = build_config(opts)
         from relay.supervisor import Supervisor

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from aiohttp import web
 
+from common.options import env_option, setup_logging
 from transceiver.config import ConfigError, TransceiverConfig, parse_host_port
 
 EXAMPLES = """
@@ -27,17 +28,13 @@ SIGTERM drains: /readyz turns 503, no new sessions, live ones get --drain-grace 
 """
 
 
-def _opt(*names: str, env: str, **kw: Any):  # type: ignore[no-untyped-def]
-    return click.option(*names, envvar=f"RTCEDGE_{env}", show_envvar=True, **kw)
-
-
 @click.group()
 def main() -> None:
     """rtcedge transceiver: owns the WebRTC sessions behind the relay."""
 
 
 @main.command(epilog=EXAMPLES)
-@_opt(
+@env_option(
     "--id",
     "transceiver_id",
     env="TRANSCEIVER_ID",
@@ -45,30 +42,30 @@ def main() -> None:
     required=True,
     help="This transceiver's id (the relay's allowlist maps it to --media).",
 )
-@_opt("--cluster", env="CLUSTER", type=int, default=0, show_default=True, help="Cluster id.")
-@_opt("--keyring", env="KEYRING", default=None, help="Hint keyring JSON file.")
-@_opt("--keyring-json", env="KEYRING_JSON", default=None, help="Hint keyring JSON, inline.")
-@_opt(
+@env_option("--cluster", env="CLUSTER", type=int, default=0, show_default=True, help="Cluster id.")
+@env_option("--keyring", env="KEYRING", default=None, help="Hint keyring JSON file.")
+@env_option("--keyring-json", env="KEYRING_JSON", default=None, help="Hint keyring JSON, inline.")
+@env_option(
     "--media",
     env="MEDIA",
     default="127.0.0.1:5000",
     show_default=True,
     help="HOST:PORT of the one UDP socket for every session.",
 )
-@_opt(
+@env_option(
     "--advertise",
     env="ADVERTISE",
     required=True,
     help="The relay's public HOST:PORT: the only ICE candidate in answers.",
 )
-@_opt(
+@env_option(
     "--http",
     env="HTTP",
     default="127.0.0.1:8080",
     show_default=True,
     help="HOST:PORT for WHIP, /healthz, /readyz, /metrics and the page.",
 )
-@_opt(
+@env_option(
     "--backend",
     env="BACKEND",
     default="echo",
@@ -76,8 +73,10 @@ def main() -> None:
     type=click.Choice(["echo", "websocket"]),
     help="Where callers' audio and events go.",
 )
-@_opt("--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket.")
-@_opt(
+@env_option(
+    "--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket."
+)
+@env_option(
     "--max-sessions",
     env="MAX_SESSIONS",
     type=int,
@@ -85,7 +84,7 @@ def main() -> None:
     show_default=True,
     help="Sessions this process takes (one process ~ one core; see docs/benchmarks.md).",
 )
-@_opt(
+@env_option(
     "--ice-timeout",
     env="ICE_TIMEOUT",
     type=float,
@@ -93,7 +92,7 @@ def main() -> None:
     show_default=True,
     help="Seconds from the offer to a connected session.",
 )
-@_opt(
+@env_option(
     "--idle-timeout",
     env="IDLE_TIMEOUT",
     type=float,
@@ -101,8 +100,8 @@ def main() -> None:
     show_default=True,
     help="Seconds without audio from the caller before the session ends.",
 )
-@_opt("--max-duration", env="MAX_DURATION", type=float, default=4 * 3600.0, show_default=True)
-@_opt(
+@env_option("--max-duration", env="MAX_DURATION", type=float, default=4 * 3600.0, show_default=True)
+@env_option(
     "--drain-grace",
     env="DRAIN_GRACE",
     type=float,
@@ -110,9 +109,11 @@ def main() -> None:
     show_default=True,
     help="Seconds live sessions get after SIGTERM.",
 )
-@_opt("--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'.")
-@_opt("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
-@_opt(
+@env_option(
+    "--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'."
+)
+@env_option("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
+@env_option(
     "--body-timeout",
     env="BODY_TIMEOUT",
     type=float,
@@ -120,7 +121,7 @@ def main() -> None:
     show_default=True,
     help="Seconds a client has to send its whole offer (slow clients get 408).",
 )
-@_opt(
+@env_option(
     "--relay-network",
     "relay_networks",
     env="RELAY_NETWORKS",
@@ -128,7 +129,7 @@ def main() -> None:
     help="CIDR that encapsulated datagrams may come from (repeatable; default: any). Set it "
     "to the relays' network: an encapsulated datagram names the client it speaks for.",
 )
-@_opt(
+@env_option(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -137,10 +138,7 @@ def main() -> None:
 )
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
-    logging.basicConfig(
-        level=str(opts["log_level"]).upper(),
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
-    )
+    setup_logging(str(opts["log_level"]))
     try:
         config = build_config(opts)
     except ConfigError as exc:

@@ -39,6 +39,11 @@ from transceiver import jitter
 
 TARGETS_MS = {"baseline": None, "worker": 50, "relay-redis": 200, "relay-no-redis": 6000}
 FRAME_MS = 20
+# Pause after a trial. Without Redis each replacement breaks the path for a few seconds, and the
+# transceiver's own consent checks (RFC 7675; aioice: every 4-6 s, never retransmitted, six
+# failures in a row end the call) fail meanwhile: back-to-back outages would expire consent,
+# which no real roll-out does. One clean consent round between trials keeps trials independent.
+SETTLE_S = {"relay-no-redis": 6.5}
 
 
 class Caller:
@@ -196,7 +201,7 @@ async def run_bench(
                     else:
                         gap, relay = await trial_replace(caller, relay, redis_url)
                         gaps.append(gap)
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(SETTLE_S.get(scenario, 0.5))
                 text = trx.http("/metrics")[1]
                 ended[scenario] = {
                     line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])

@@ -9,8 +9,9 @@ is the longest silence between two echo frames around that moment, minus the 20 
 - ``relay-redis`` / ``relay-no-redis``: the whole relay process is replaced by a new one with
   another internal address (the new one binds the same public port first, then the old one is
   killed), with and without the Redis flow cache;
-- ``path``: the caller's packets move to another relay (already running, knowing the flow from
-  Redis) while the old one stays up: the transceiver must answer along the newest path.
+- ``path``: a load balancer in front (a loopback proxy) steers the caller's packets to another
+  node's relay (started for the trial, on another port) while the old one stays up; the new one
+  restores the flow from Redis and the transceiver must answer along the newest path.
 
 Targets (from the issue): worker <= 50 ms p95; relay with Redis <= 200 ms p95, without <= 6 s
 (the caller's next ICE consent check). Bounded: every wait has a deadline; all on 127.0.0.1.
@@ -33,11 +34,18 @@ import click
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from bench.peers import RedisServer, RelayProcess, TransceiverProcess
+from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
 from bench.webrtc_client import ToneTrack, loopback_only
 from transceiver import jitter
 
-TARGETS_MS = {"baseline": None, "worker": 50, "relay-redis": 200, "relay-no-redis": 6000}
+# ``path`` has no target in the issue; it restores the flow from Redis like ``relay-redis``.
+TARGETS_MS = {
+    "baseline": None,
+    "worker": 50,
+    "relay-redis": 200,
+    "relay-no-redis": 6000,
+    "path": None,
+}
 FRAME_MS = 20
 # Pause after a trial. Without Redis each replacement breaks the path for a few seconds, and the
 # transceiver's own consent checks (RFC 7675; aioice: every 4-6 s, never retransmitted, six
@@ -166,7 +174,24 @@ async def trial_replace(caller: Caller, relay: RelayProcess, redis_url: str | No
     return gap, new
 
 
-SCENARIOS = ("baseline", "worker", "relay-redis", "relay-no-redis")
+async def trial_path(caller: Caller, proxy: NatProxy, relay: RelayProcess, redis_url: str):  # type: ignore[no-untyped-def]
+    """The caller's packets now reach another node's relay, which has never seen the call."""
+    new = RelayProcess(
+        dict(relay.transceivers), workers=relay.workers, keyring=relay.keyring,
+        cluster=relay.cluster, extra_args=["--redis-url", redis_url],
+    )  # fmt: skip
+    await asyncio.to_thread(new.start)
+    await asyncio.sleep(0.3)
+    at = time.monotonic()
+    proxy.upstream = new.address
+    await caller.wait_for_echo(at, 5)
+    await asyncio.sleep(0.5)
+    gap = caller.gap_ms(at - 0.5, time.monotonic())
+    await asyncio.to_thread(relay.stop)  # the node left behind, still up during the trial
+    return gap, new
+
+
+SCENARIOS = ("baseline", "worker", "relay-redis", "relay-no-redis", "path")
 
 
 async def run_bench(
@@ -181,12 +206,16 @@ async def run_bench(
     with RedisServer() as rds:
         for scenario in scenarios:
             redis_url = rds.url if scenario != "relay-no-redis" else None
-            relay = RelayProcess(
-                {}, workers=2, extra_args=["--redis-url", redis_url] if redis_url else []
-            )
-            trx = TransceiverProcess(relay)
+            redis_args = ["--redis-url", redis_url] if redis_url else []
+            relay = RelayProcess({}, workers=2, extra_args=redis_args)
+            # ``path``: a proxy in front plays the load balancer that steers the caller's
+            # packets to another node's relay.
+            proxy = NatProxy(relay.address) if scenario == "path" else None
+            trx = TransceiverProcess(relay, advertise=proxy.address if proxy else None)
             relay.transceivers = {0: trx.media_address}
             relay.start()
+            if proxy is not None:
+                proxy.start()
             trx.start()
             caller = Caller(stock_jitter_buffer)
             gaps: list[float] = []
@@ -198,6 +227,10 @@ async def run_bench(
                         gaps.append(await trial_baseline(caller))
                     elif scenario == "worker":
                         gaps.append(await trial_worker(caller, relay))
+                    elif scenario == "path":
+                        assert proxy is not None and redis_url is not None
+                        gap, relay = await trial_path(caller, proxy, relay, redis_url)
+                        gaps.append(gap)
                     else:
                         gap, relay = await trial_replace(caller, relay, redis_url)
                         gaps.append(gap)
@@ -212,6 +245,8 @@ async def run_bench(
                 await caller.pc.close()
                 trx.stop(timeout_s=5)
                 relay.stop()
+                if proxy is not None:
+                    proxy.close()
             results[scenario] = gaps
     summary = {}
     for name, gaps in results.items():

@@ -1,0 +1,92 @@
+"""A call moved to another live relay: the transceiver's replies follow the newest path.
+
+A load balancer or ECMP change can steer a client's packets to another node's relay while the
+first one stays up. The client's address is unchanged; the new relay restores the flow from
+Redis and the transceiver must answer through it at once (and never keep sending through the
+relay the client left). Real processes: redis-server, two relays, a transceiver, an aiortc
+caller behind a loopback proxy that plays the load balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
+from bench.webrtc_client import ToneTrack
+from tests.relay.test_relay_integration import wait_for
+from tests.transceiver.conftest import run
+from tests.transceiver.test_nat_rebinding import loud
+from tests.transceiver.test_whip import post
+
+TO_CLIENT = {"direction": "transceiver_to_client"}
+
+
+def test_replies_follow_the_call_to_another_live_relay():
+    with RedisServer() as rds:
+        first = RelayProcess({}, workers=1, extra_args=["--redis-url", rds.url])
+        second = RelayProcess(
+            {}, workers=1, keyring=first.keyring, cluster=first.cluster,
+            extra_args=["--redis-url", rds.url],
+        )  # fmt: skip
+        proxy = NatProxy(first.address)
+        trx = TransceiverProcess(first, advertise=proxy.address)
+        first.transceivers = second.transceivers = {0: trx.media_address}
+
+        async def go() -> None:
+            pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+            pc.addTrack(ToneTrack(440))
+            echoes: list[float] = []
+
+            async def listen(track) -> None:  # type: ignore[no-untyped-def]
+                while True:
+                    try:
+                        frame = await track.recv()
+                    except MediaStreamError:
+                        return
+                    if loud(frame):
+                        echoes.append(time.monotonic())
+
+            async def echo_after(moment: float, count: int = 25) -> bool:
+                deadline = moment + 5
+                while time.monotonic() < deadline:
+                    if sum(1 for t in echoes if t > moment) >= count:
+                        return True
+                    await asyncio.sleep(0.05)
+                return False
+
+            pc.on("track", lambda track: asyncio.ensure_future(listen(track)))
+            await pc.setLocalDescription(await pc.createOffer())
+            status, answer, _ = await post(trx.url, pc.localDescription.sdp)
+            assert status == 201
+            await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+            assert await echo_after(time.monotonic() - 1, 50), "echo flows through the first"
+
+            for there, left in ((second, first), (first, second)):
+                moved_at = time.monotonic()
+                proxy.upstream = there.address
+                assert await echo_after(moved_at), "echo resumed through the relay it moved to"
+                # The relay left behind carries nothing more toward the client: the transceiver
+                # answers along the newest path only.
+                await asyncio.sleep(1.2)  # relay counters are published once a second
+                before = left.metric("rtcedge_relay_packets_total", **TO_CLIENT)
+                now_there = there.metric("rtcedge_relay_packets_total", **TO_CLIENT)
+                await asyncio.sleep(1.2)
+                assert left.metric("rtcedge_relay_packets_total", **TO_CLIENT) == before
+                assert there.metric("rtcedge_relay_packets_total", **TO_CLIENT) > now_there + 25
+            assert wait_for(
+                lambda: second.metric("rtcedge_relay_flows_restored_total", source="redis"), 1
+            )
+            assert trx.metric("rtcedge_transceiver_sessions_started_total") == 1
+            assert trx.metric("rtcedge_transceiver_sessions_active") == 1, "one session all along"
+            await pc.close()
+
+        with first, second, trx:
+            proxy.start()
+            try:
+                run(go(), timeout_s=60)
+            finally:
+                proxy.close()

@@ -1,10 +1,11 @@
 """Target ``demux``: the transceiver's demultiplexer as a plain object (transceiver.demux).
 
 ``Demux.route(data, client, relay)`` with three sessions, driven by a script (fuzz.script) that
-also ends and restarts sessions and forgets addresses. Findings: any exception; a datagram routed
-to a session its client address was not proven for (model in fuzz.script); ``learned`` on a
-datagram that proves nothing for that session; a drop without a reason; a latched path or
-a ``path_to`` answer that no check established; a removed session still reachable.
+also ends and restarts sessions and lets time pass so that addresses expire. Findings: any
+exception; a datagram routed to a session its client address was not proven for (model in
+fuzz.script); ``learned`` on a datagram that proves nothing for that session; a drop without a
+reason; a latched path or a ``path_to`` answer that no check established; a removed session
+still reachable.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Harness:
         del config  # the same script format as media_socket; its configuration byte is unused
         self.slots = script.make_slots()
         self.demux: Demux[object] = Demux()
+        self.now = 0.0
         for slot in self.slots:
             self.register(slot)
 
@@ -64,9 +66,19 @@ class Harness:
             slot.renew()
             self.register(slot)
         elif action == script.FORGET:
-            self.demux.forget_address(slot.ufrag, client)
-            key = script.addr_key(client)
-            slot.proven = {(c, r) for c, r in slot.proven if c != key}
+            # Time passes (0..75 s) and addresses left behind expire. Which ones is the
+            # demultiplexer's call (it tracks what it heard); the model drops what it dropped,
+            # and the checks that follow still hold it to "only proven addresses route".
+            self.now += 5.0 * (step.arg >> 4)
+            self.demux.expire(self.now)
+            for other in self.slots:
+                if other.present:
+                    kept = {
+                        script.addr_key(src[:2])
+                        for src in script.SOURCES
+                        if self.demux.path_to(other.ufrag, src[:2]) is not None
+                    }
+                    other.proven = {(c, r) for c, r in other.proven if c in kept}
         else:
             path = self.demux.path_to(slot.ufrag, client)
             if path is not None:

@@ -184,7 +184,9 @@ def _scripts() -> dict[str, bytes]:
         + step(s.RAW, 0, 0, RTP)
         + step(s.CONTROL, 0x09, 0)  # start it again, with a new password
         + step(check, 0, 0, txid(67))
-        + step(s.CONTROL, 0x0C, 0)  # forget the address (demux target)
+        + step(check, 0, 1, txid(68))  # the client moves: address 0 is left behind
+        + step(s.CONTROL, 0x7C, 0)  # 35 s pass (demux target): address 0 falls silent
+        + step(s.CONTROL, 0x7C, 0)  # 35 s more: it expires
         + step(s.RAW, 0, 0, RTP),
         "many-addresses": b"".join(step(check, 0, i, txid(70 + i)) for i in range(12))
         + step(s.RAW, 0, 0, RTP)

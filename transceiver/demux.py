@@ -15,7 +15,7 @@ address authenticated for the session); media and DTLS go to the newest address 
 check ("latching"), through the relay it was last heard through (any packet of the latched
 address moves the relay: a replaced relay is followed at once), or directly when the client
 talks to the socket without a relay. At most ``MAX_ADDRESSES`` are kept per session, oldest
-dropped first.
+dropped first, and ``expire`` forgets those the session left behind once they fall silent.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ Addr = tuple[str, int]
 S = TypeVar("S")
 MAX_ADDRESSES = 8
 MAX_TRANSACTIONS = 256  # remembered per session, to refuse replayed checks
+ADDRESS_TTL_S = 30.0  # an address left behind and silent this long is forgotten (RFC 7675's 30 s)
 
 
 @dataclass
@@ -53,6 +54,8 @@ class _Entry(Generic[S]):
     addresses: dict[Addr, Addr | None] = field(default_factory=dict)  # client -> its relay
     transactions: dict[bytes, Addr] = field(default_factory=dict)  # check id -> its sender
     path: Path | None = None
+    heard: set[Addr] = field(default_factory=set)  # older addresses heard since the last sweep
+    quiet_since: dict[Addr, float] = field(default_factory=dict)  # older address -> silent since
 
 
 class Demux(Generic[S]):
@@ -89,22 +92,21 @@ class Demux(Generic[S]):
         entry = self._by_addr.get(client)
         if entry is not None:
             path = entry.path
-            if (
-                path is not None
-                and path.client == client
-                and path.relay is not None
-                and relay is not None
-            ):
+            latched = path is not None and path.client == client
+            if path is not None and latched and path.relay is not None and relay is not None:
                 # The latched client, now through another relay (a relay was replaced): follow
                 # at once. Relays are trusted and forward only what that address really sent.
                 # (Between relayed and direct, as below, only an authenticated check moves it.)
                 if path.relay != relay:
                     entry.path = Path(client, relay)
                     entry.addresses[client] = relay
-            elif data[:1] and data[0] < 4 and self._fresh_check(data, client, entry):
-                # An older address of the session: only an authenticated check moves back to it.
-                entry.path = Path(client, relay)
-                entry.addresses[client] = relay
+            else:
+                if not latched:
+                    entry.heard.add(client)  # an older address, still in use: not stale
+                if data[:1] and data[0] < 4 and self._fresh_check(data, client, entry):
+                    # An older address: only an authenticated check moves back to it.
+                    entry.path = Path(client, relay)
+                    entry.addresses[client] = relay
             return Route(entry.session)
         if not data or data[0] > 3:
             return Route(None, "unknown_address")
@@ -164,13 +166,28 @@ class Demux(Generic[S]):
             return None
         return Path(client, entry.addresses[client])
 
-    def forget_address(self, ufrag: str, client: Addr) -> None:
-        """Drop a stale client address of a session (after it moved)."""
-        entry = self._by_ufrag.get(ufrag)
-        if entry is not None and client in entry.addresses:
-            self._forget(entry, client)
+    def expire(self, now: float, ttl_s: float = ADDRESS_TTL_S) -> int:
+        """Forget addresses a session moved away from and has not heard from for ``ttl_s``.
+
+        Called periodically (``now`` from a monotonic clock). After a NAT rebinding or a move to
+        another relay the old address is no longer the session's; once forgotten, a datagram
+        from it is unknown again, so whoever holds that address next (a NAT reuses ports)
+        reaches nothing. Returns how many were forgotten.
+        """
+        forgotten = 0
+        for entry in self._by_ufrag.values():
+            current = entry.path.client if entry.path is not None else None
+            for addr in list(entry.addresses):
+                if addr == current or addr in entry.heard:
+                    entry.quiet_since.pop(addr, None)
+                elif now - entry.quiet_since.setdefault(addr, now) >= ttl_s:
+                    self._forget(entry, addr)
+                    forgotten += 1
+            entry.heard.clear()
+        return forgotten
 
     def _forget(self, entry: _Entry[S], client: Addr) -> None:
         del entry.addresses[client]
+        entry.quiet_since.pop(client, None)
         if self._by_addr.get(client) is entry:
             del self._by_addr[client]

@@ -234,6 +234,7 @@ class TransceiverServer:
                 reason = session.lifecycle.due(now)
                 if reason is not None:
                     session.end(reason)
+            self.demux.expire(now)
 
     # -- shutdown --------------------------------------------------------------------------------
     async def drain(self, grace_s: float | None = None) -> None:

@@ -67,8 +67,28 @@ def test_replies_latch_to_the_newest_authenticated_address_and_relay():
     assert d.path("ufragA").relay == RELAY_B
     d.route(b"\x80x", CLIENT, RELAY_A)
     assert d.path("ufragA").client == MOVED and d.path("ufragA").relay == RELAY_B
-    d.forget_address("ufragA", CLIENT)
-    assert d.route(b"\x80x", CLIENT, RELAY_A).session is None
+
+
+def test_an_address_left_behind_expires_once_silent():
+    d = table()
+    pw = "passwordA-0123456789abcd"
+    d.route(check("ufragA", pw), CLIENT, RELAY_A)
+    d.route(check("ufragA", pw), MOVED, RELAY_A)  # NAT rebinding: CLIENT is left behind
+    assert d.expire(100.0, ttl_s=30) == 0  # silent from now on
+    d.route(b"\x80straggler", CLIENT, RELAY_A)  # still heard: the clock starts again
+    assert d.expire(120.0, ttl_s=30) == 0
+    assert d.expire(121.0, ttl_s=30) == 0
+    assert d.expire(150.0, ttl_s=30) == 0  # silent for 29 s
+    assert d.path_to("ufragA", CLIENT) is not None, "kept while it may still be in use"
+    d.route(b"\x80x", MOVED, RELAY_A)  # the current path never expires, heard or not
+    assert d.expire(151.0, ttl_s=30) == 1
+    assert d.addresses == 1
+    dropped = d.route(b"\x80x", CLIENT, RELAY_A)
+    assert dropped.session is None and dropped.reason == "unknown_address"
+    assert d.route(b"\x80x", MOVED, RELAY_A).session == "A"
+    assert d.expire(10_000.0, ttl_s=30) == 0 and d.path("ufragA").client == MOVED
+    # An authenticated check from the old address proves it again.
+    assert d.route(check("ufragA", pw), CLIENT, RELAY_A).learned
 
 
 def test_remove_forgets_every_address():

@@ -20,22 +20,19 @@ Targets (from the issue): worker <= 50 ms p95; relay with Redis <= 200 ms p95, w
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import signal
 import statistics
-import struct
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError
 
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
-from bench.webrtc_client import ToneTrack, loopback_only
+from bench.webrtc_client import EchoTimes, ToneTrack, loopback_only
 from transceiver import jitter
 
 # ``path`` has no target in the issue; it restores the flow from Redis like ``relay-redis``.
@@ -46,7 +43,6 @@ TARGETS_MS = {
     "relay-no-redis": 6000,
     "path": None,
 }
-FRAME_MS = 20
 # Pause after a trial. Without Redis each replacement breaks the path for a few seconds, and the
 # transceiver's own consent checks (RFC 7675; aioice: every 4-6 s, never retransmitted, six
 # failures in a row end the call) fail meanwhile: back-to-back outages would expire consent,
@@ -55,7 +51,7 @@ SETTLE_S = {"relay-no-redis": 6.5}
 
 
 class Caller:
-    """An aiortc caller that records when each loud echo frame arrives.
+    """An aiortc caller that records when each audible echo frame arrives (``echo``).
 
     It uses the transceiver's low-latency jitter buffer unless ``stock_jitter_buffer``: stock
     aiortc stalls ~300 ms after any lost packet and keeps that latency (aiortc #543), which
@@ -67,19 +63,8 @@ class Caller:
         self.pc.addTrack(ToneTrack(440))
         if not stock_jitter_buffer:
             jitter.install(self.pc)
-        self.echoes: list[float] = []
-        self.pc.on("track", lambda track: asyncio.ensure_future(self._listen(track)))
-
-    async def _listen(self, track) -> None:  # type: ignore[no-untyped-def]
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            count = frame.samples * len(frame.layout.channels)
-            samples = struct.unpack(f"<{count}h", bytes(frame.planes[0])[: count * 2])
-            if max(map(abs, samples)) > 2000:
-                self.echoes.append(time.monotonic())
+        self.echo = EchoTimes()
+        self.pc.on("track", self.echo.listen)
 
     async def connect(self, whip_url: str) -> None:
         import aiohttp
@@ -100,18 +85,7 @@ class Caller:
         await self.wait_for_echo(time.monotonic(), 15)
 
     async def wait_for_echo(self, after: float, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if sum(1 for t in self.echoes if t > after) >= 10:
-                return True
-            await asyncio.sleep(0.02)
-        return False
-
-    def gap_ms(self, start: float, end: float) -> float:
-        times = [t for t in self.echoes if start <= t <= end]
-        if len(times) < 2:
-            return (end - start) * 1000
-        return max(b - a for a, b in itertools.pairwise(times)) * 1000 - FRAME_MS
+        return await self.echo.wait(after, 10, timeout_s)
 
 
 async def busiest_worker(relay: RelayProcess) -> int:
@@ -130,7 +104,7 @@ async def trial_baseline(caller: Caller) -> float:
     """Nothing happens: the longest gap of an undisturbed call over the same window."""
     at = time.monotonic()
     await asyncio.sleep(1.0)
-    return caller.gap_ms(at - 0.5, time.monotonic())
+    return caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
 async def trial_worker(caller: Caller, relay: RelayProcess) -> float:
@@ -140,7 +114,7 @@ async def trial_worker(caller: Caller, relay: RelayProcess) -> float:
     os.kill(pid, signal.SIGKILL)
     await caller.wait_for_echo(at, 5)
     await asyncio.sleep(0.5)
-    return caller.gap_ms(at - 0.5, time.monotonic())
+    return caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
 def relay_like(old: RelayProcess, redis_url: str | None) -> RelayProcess:
@@ -170,7 +144,7 @@ async def trial_replace(caller: Caller, relay: RelayProcess, redis_url: str | No
     relay.proc.wait()
     ok = await caller.wait_for_echo(at, 10)
     await asyncio.sleep(0.5)
-    gap = caller.gap_ms(begin - 0.3, time.monotonic()) if ok else 10_000.0
+    gap = caller.echo.gap_ms(begin - 0.3, time.monotonic()) if ok else 10_000.0
     return gap, new
 
 
@@ -186,7 +160,7 @@ async def trial_path(caller: Caller, proxy: NatProxy, relay: RelayProcess, redis
     proxy.upstream = new.address
     await caller.wait_for_echo(at, 5)
     await asyncio.sleep(0.5)
-    gap = caller.gap_ms(at - 0.5, time.monotonic())
+    gap = caller.echo.gap_ms(at - 0.5, time.monotonic())
     await asyncio.to_thread(relay.stop)  # the node left behind, still up during the trial
     return gap, new
 

@@ -16,6 +16,7 @@ import argparse
 import array
 import asyncio
 import fractions
+import itertools
 import json
 import math
 import struct
@@ -152,6 +153,57 @@ class OpusToneTrack(MediaStreamTrack):
 
 AUDIBLE_PEAK = 1000  # a decoded frame whose peak is below this is silence (the tone peaks ~9800)
 OWN_TONE_SHARE = 0.2  # of the frame's power at the caller's frequency: "it is my own tone"
+
+
+def peak(frame: av.AudioFrame) -> int:
+    """The largest absolute sample of a decoded s16 frame (any channel count)."""
+    count = frame.samples * len(frame.layout.channels)
+    samples = struct.unpack(f"<{count}h", bytes(frame.planes[0])[: count * 2])
+    return max(map(abs, samples), default=0)
+
+
+class EchoTimes:
+    """When each audible frame of a received track arrived: the raw data of an audio gap.
+
+    ``listen`` on a peer connection's "track" event; ``after(t)`` counts frames since ``t``;
+    ``gap_ms(start, end)`` is the longest silence in that window (a call that never came back
+    is silent to its end) minus the 20 ms one frame lasts.
+    """
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def listen(self, track: MediaStreamTrack) -> None:
+        task = asyncio.ensure_future(self._record(track))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _record(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            if peak(frame) > AUDIBLE_PEAK:
+                self.times.append(time.monotonic())
+
+    def after(self, moment: float) -> int:
+        return sum(1 for t in self.times if t > moment)
+
+    async def wait(self, moment: float, count: int, timeout_s: float) -> bool:
+        """True once ``count`` audible frames arrived after ``moment``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.after(moment) >= count:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    def gap_ms(self, start: float, end: float) -> float:
+        """The longest silence within [start, end], its edges included, less one frame."""
+        times = [start, *(t for t in self.times if start <= t <= end), end]
+        return max(0.0, max(b - a for a, b in itertools.pairwise(times)) * 1000 - 20)
 
 
 class EchoCounter:

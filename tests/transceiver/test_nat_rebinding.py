@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError
 
 from bench.peers import NatProxy, RelayProcess, TransceiverProcess
-from bench.webrtc_client import ToneTrack
+from bench.webrtc_client import EchoTimes, ToneTrack
 from tests.relay.test_relay_integration import wait_for
 from tests.transceiver.conftest import run
 from tests.transceiver.test_whip import post
-
-
-def loud(frame) -> bool:  # type: ignore[no-untyped-def]
-    samples = struct.unpack(
-        f"<{frame.samples * len(frame.layout.channels)}h",
-        bytes(frame.planes[0])[: frame.samples * len(frame.layout.channels) * 2],
-    )
-    return max(abs(x) for x in samples) > 2000
 
 
 def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_interval():
@@ -33,34 +23,19 @@ def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_inte
     async def go() -> None:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.addTrack(ToneTrack(440))
-        echoes: list[float] = []
-
-        async def listen(track) -> None:  # type: ignore[no-untyped-def]
-            while True:
-                try:
-                    frame = await track.recv()
-                except MediaStreamError:
-                    return
-                if loud(frame):
-                    echoes.append(time.monotonic())
-
-        pc.on("track", lambda track: asyncio.ensure_future(listen(track)))
+        echo = EchoTimes()
+        pc.on("track", echo.listen)
         await pc.setLocalDescription(await pc.createOffer())
         status, answer, _ = await post(trx.url, pc.localDescription.sdp)
         assert status == 201
         await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
-        deadline = time.monotonic() + 10
-        while len(echoes) < 50 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert len(echoes) >= 50, "echo flows before the rebinding"
+        assert await echo.wait(0.0, 50, 10), "echo flows before the rebinding"
         old_outside = proxy.outside_address
         moved_at = time.monotonic()
         new_outside = proxy.rebind()
         assert new_outside[0] != old_outside[0] and new_outside[1] != old_outside[1]
-        deadline = moved_at + 10
-        while not [t for t in echoes if t > moved_at + 0.2] and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        resumed = [t for t in echoes if t > moved_at + 0.2]
+        await echo.wait(moved_at + 0.2, 1, 10)
+        resumed = [t for t in echo.times if t > moved_at + 0.2]
         assert resumed, "media resumed after the rebinding"
         gap = resumed[0] - moved_at
         # The client's next consent check (every 4-6 s) re-creates the path through the relay;

@@ -13,13 +13,11 @@ import asyncio
 import time
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError
 
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
-from bench.webrtc_client import ToneTrack
+from bench.webrtc_client import EchoTimes, ToneTrack
 from tests.relay.test_relay_integration import wait_for
 from tests.transceiver.conftest import run
-from tests.transceiver.test_nat_rebinding import loud
 from tests.transceiver.test_whip import post
 
 TO_CLIENT = {"direction": "transceiver_to_client"}
@@ -39,36 +37,20 @@ def test_replies_follow_the_call_to_another_live_relay():
         async def go() -> None:
             pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
             pc.addTrack(ToneTrack(440))
-            echoes: list[float] = []
-
-            async def listen(track) -> None:  # type: ignore[no-untyped-def]
-                while True:
-                    try:
-                        frame = await track.recv()
-                    except MediaStreamError:
-                        return
-                    if loud(frame):
-                        echoes.append(time.monotonic())
-
-            async def echo_after(moment: float, count: int = 25) -> bool:
-                deadline = moment + 5
-                while time.monotonic() < deadline:
-                    if sum(1 for t in echoes if t > moment) >= count:
-                        return True
-                    await asyncio.sleep(0.05)
-                return False
-
-            pc.on("track", lambda track: asyncio.ensure_future(listen(track)))
+            echo = EchoTimes()
+            pc.on("track", echo.listen)
             await pc.setLocalDescription(await pc.createOffer())
             status, answer, _ = await post(trx.url, pc.localDescription.sdp)
             assert status == 201
             await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
-            assert await echo_after(time.monotonic() - 1, 50), "echo flows through the first"
+            assert await echo.wait(0.0, 50, 10), "echo flows through the first"
 
             for there, left in ((second, first), (first, second)):
                 moved_at = time.monotonic()
                 proxy.upstream = there.address
-                assert await echo_after(moved_at), "echo resumed through the relay it moved to"
+                assert await echo.wait(moved_at, 25, 5), (
+                    "echo resumed through the relay it moved to"
+                )
                 # The relay left behind carries nothing more toward the client: the transceiver
                 # answers along the newest path only.
                 await asyncio.sleep(1.2)  # relay counters are published once a second

@@ -29,11 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoTimes, ToneTrack, loopback_only
-from transceiver import jitter
+from bench.webrtc_client import EchoCaller, loopback_only
 
 # ``path`` has no target in the issue; it restores the flow from Redis like ``relay-redis``.
 TARGETS_MS = {
@@ -50,44 +48,6 @@ TARGETS_MS = {
 SETTLE_S = {"relay-no-redis": 6.5}
 
 
-class Caller:
-    """An aiortc caller that records when each audible echo frame arrives (``echo``).
-
-    It uses the transceiver's low-latency jitter buffer unless ``stock_jitter_buffer``: stock
-    aiortc stalls ~300 ms after any lost packet and keeps that latency (aiortc #543), which
-    measures aiortc's receiver, not the fail-over; a browser conceals the loss and goes on.
-    """
-
-    def __init__(self, stock_jitter_buffer: bool = False) -> None:
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.pc.addTrack(ToneTrack(440))
-        if not stock_jitter_buffer:
-            jitter.install(self.pc)
-        self.echo = EchoTimes()
-        self.pc.on("track", self.echo.listen)
-
-    async def connect(self, whip_url: str) -> None:
-        import aiohttp
-
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{whip_url}/whip",
-                data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp"},
-            ) as resp,
-        ):
-            if resp.status != 201:
-                raise RuntimeError(f"WHIP {resp.status}: {await resp.text()}")
-            answer = await resp.text()
-        await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
-        await self.wait_for_echo(time.monotonic(), 15)
-
-    async def wait_for_echo(self, after: float, timeout_s: float) -> bool:
-        return await self.echo.wait(after, 10, timeout_s)
-
-
 async def busiest_worker(relay: RelayProcess) -> int:
     """The worker whose client-to-transceiver counter moves: the one carrying the call.
 
@@ -100,14 +60,14 @@ async def busiest_worker(relay: RelayProcess) -> int:
     return max(range(2), key=lambda w: after[w] - before[w])
 
 
-async def trial_baseline(caller: Caller) -> float:
+async def trial_baseline(caller: EchoCaller) -> float:
     """Nothing happens: the longest gap of an undisturbed call over the same window."""
     at = time.monotonic()
     await asyncio.sleep(1.0)
     return caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
-async def trial_worker(caller: Caller, relay: RelayProcess) -> float:
+async def trial_worker(caller: EchoCaller, relay: RelayProcess) -> float:
     worker = await busiest_worker(relay)
     pid = relay.worker_pids()[worker]
     at = time.monotonic()
@@ -129,7 +89,7 @@ def relay_like(old: RelayProcess, redis_url: str | None) -> RelayProcess:
     return new
 
 
-async def trial_replace(caller: Caller, relay: RelayProcess, redis_url: str | None):  # type: ignore[no-untyped-def]
+async def trial_replace(caller: EchoCaller, relay: RelayProcess, redis_url: str | None):  # type: ignore[no-untyped-def]
     # The new relay joins the public port's SO_REUSEPORT group as soon as it binds, and the
     # kernel may move the call to it right then: the window opens before it starts.
     begin = time.monotonic()
@@ -148,7 +108,7 @@ async def trial_replace(caller: Caller, relay: RelayProcess, redis_url: str | No
     return gap, new
 
 
-async def trial_path(caller: Caller, proxy: NatProxy, relay: RelayProcess, redis_url: str):  # type: ignore[no-untyped-def]
+async def trial_path(caller: EchoCaller, proxy: NatProxy, relay: RelayProcess, redis_url: str):  # type: ignore[no-untyped-def]
     """The caller's packets now reach another node's relay, which has never seen the call."""
     new = RelayProcess(
         dict(relay.transceivers), workers=relay.workers, keyring=relay.keyring,
@@ -191,7 +151,7 @@ async def run_bench(
             if proxy is not None:
                 proxy.start()
             trx.start()
-            caller = Caller(stock_jitter_buffer)
+            caller = EchoCaller(stock_jitter_buffer)
             gaps: list[float] = []
             try:
                 await caller.connect(trx.url)

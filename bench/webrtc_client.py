@@ -31,6 +31,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpReceiver, RTCSessi
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 
+from transceiver import jitter
+
 RATE = 48000
 SAMPLES = 960  # 20 ms
 TIME_BASE = fractions.Fraction(1, RATE)
@@ -204,6 +206,43 @@ class EchoTimes:
         """The longest silence within [start, end], its edges included, less one frame."""
         times = [start, *(t for t in self.times if start <= t <= end), end]
         return max(0.0, max(b - a for a, b in itertools.pairwise(times)) * 1000 - 20)
+
+
+class EchoCaller:
+    """An aiortc caller that records when each audible echo frame arrives (``echo``).
+
+    It uses the transceiver's low-latency jitter buffer unless ``stock_jitter_buffer``: stock
+    aiortc stalls ~300 ms after any lost packet and keeps that latency (aiortc #543), which
+    measures aiortc's receiver, not the fail-over; a browser conceals the loss and goes on.
+    """
+
+    def __init__(self, stock_jitter_buffer: bool = False) -> None:
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.pc.addTrack(ToneTrack(440))
+        if not stock_jitter_buffer:
+            jitter.install(self.pc)
+        self.echo = EchoTimes()
+        self.pc.on("track", self.echo.listen)
+
+    async def connect(self, whip_url: str) -> None:
+        """Offer over WHIP, apply the answer, and wait (up to 15 s) for the echo to come back."""
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{whip_url}/whip",
+                data=self.pc.localDescription.sdp,
+                headers={"Content-Type": "application/sdp"},
+            ) as resp,
+        ):
+            if resp.status != 201:
+                raise RuntimeError(f"WHIP {resp.status}: {await resp.text()}")
+            answer = await resp.text()
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+        await self.wait_for_echo(time.monotonic(), 15)
+
+    async def wait_for_echo(self, after: float, timeout_s: float) -> bool:
+        return await self.echo.wait(after, 10, timeout_s)
 
 
 class EchoCounter:

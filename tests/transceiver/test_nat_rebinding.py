@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
 from bench.peers import NatProxy, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoTimes, ToneTrack
+from bench.webrtc_client import EchoCaller
 from tests.relay.test_relay_integration import wait_for
 from tests.transceiver.conftest import run
-from tests.transceiver.test_whip import post
 
 
 def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_interval():
@@ -21,14 +18,9 @@ def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_inte
     relay.transceivers = {0: trx.media_address}
 
     async def go() -> None:
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        pc.addTrack(ToneTrack(440))
-        echo = EchoTimes()
-        pc.on("track", echo.listen)
-        await pc.setLocalDescription(await pc.createOffer())
-        status, answer, _ = await post(trx.url, pc.localDescription.sdp)
-        assert status == 201
-        await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+        caller = EchoCaller()
+        await caller.connect(trx.url)
+        pc, echo = caller.pc, caller.echo
         assert await echo.wait(0.0, 50, 10), "echo flows before the rebinding"
         old_outside = proxy.outside_address
         moved_at = time.monotonic()

@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoTimes, ToneTrack
+from bench.webrtc_client import EchoCaller
 from tests.relay.test_relay_integration import wait_for
 from tests.transceiver.conftest import run
-from tests.transceiver.test_whip import post
 
 TO_CLIENT = {"direction": "transceiver_to_client"}
 
@@ -35,14 +32,9 @@ def test_replies_follow_the_call_to_another_live_relay():
         first.transceivers = second.transceivers = {0: trx.media_address}
 
         async def go() -> None:
-            pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-            pc.addTrack(ToneTrack(440))
-            echo = EchoTimes()
-            pc.on("track", echo.listen)
-            await pc.setLocalDescription(await pc.createOffer())
-            status, answer, _ = await post(trx.url, pc.localDescription.sdp)
-            assert status == 201
-            await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+            caller = EchoCaller()
+            await caller.connect(trx.url)
+            pc, echo = caller.pc, caller.echo
             assert await echo.wait(0.0, 50, 10), "echo flows through the first"
 
             for there, left in ((second, first), (first, second)):

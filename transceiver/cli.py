@@ -102,6 +102,15 @@ def main() -> None:
 )
 @env_option("--max-duration", env="MAX_DURATION", type=float, default=4 * 3600.0, show_default=True)
 @env_option(
+    "--address-ttl",
+    env="ADDRESS_TTL",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds a client address the session moved away from (NAT rebinding, another relay) "
+    "stays routable once silent.",
+)
+@env_option(
     "--drain-grace",
     env="DRAIN_GRACE",
     type=float,
@@ -169,6 +178,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         cors_origin=opts["cors_origin"],
         body_timeout_s=opts["body_timeout"],
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
+        address_ttl_s=opts["address_ttl"],
     ).validate()
 
 

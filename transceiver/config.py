@@ -34,6 +34,7 @@ class TransceiverConfig:
     body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
     cors_origin: str = "*"
     relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
+    address_ttl_s: float = 30.0  # a client address the session left, once silent this long, ends
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -57,6 +58,7 @@ class TransceiverConfig:
             ("--max-duration", self.max_duration_s),
             ("--max-sdp-bytes", self.max_sdp_bytes),
             ("--body-timeout", self.body_timeout_s),
+            ("--address-ttl", self.address_ttl_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

@@ -13,6 +13,12 @@ class TransceiverMetrics:
         self.sessions_active = Gauge(
             "rtcedge_transceiver_sessions_active", "Sessions not yet ended.", registry=r
         )
+        self.client_addresses = Gauge(
+            "rtcedge_transceiver_client_addresses",
+            "Client addresses the sessions can be reached at (one per call, more for a while"
+            " after a NAT rebinding or during ICE).",
+            registry=r,
+        )
         self.sessions_started = Counter(
             "rtcedge_transceiver_sessions_started",
             "Sessions created by an accepted offer.",

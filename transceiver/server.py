@@ -234,7 +234,8 @@ class TransceiverServer:
                 reason = session.lifecycle.due(now)
                 if reason is not None:
                     session.end(reason)
-            self.demux.expire(now)
+            self.demux.expire(now, self.config.address_ttl_s)
+            self.metrics.client_addresses.set(self.demux.addresses)
 
     # -- shutdown --------------------------------------------------------------------------------
     async def drain(self, grace_s: float | None = None) -> None:

@@ -12,9 +12,10 @@ from tests.transceiver.conftest import run
 
 
 def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_interval():
-    relay = RelayProcess({}, workers=1)
+    # Short lifetimes, so the test sees the old address expire on both sides.
+    relay = RelayProcess({}, workers=1, extra_args=["--idle-ttl", "4"])
     proxy = NatProxy(relay.address)
-    trx = TransceiverProcess(relay, advertise=proxy.address)
+    trx = TransceiverProcess(relay, advertise=proxy.address, extra_args=["--address-ttl", "2"])
     relay.transceivers = {0: trx.media_address}
 
     async def go() -> None:
@@ -40,6 +41,14 @@ def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_inte
         assert wait_for(
             lambda: relay.metric("rtcedge_relay_flows_created_total", table="confirmed"), 2
         )
+        # The old address expires: the relay drops its flow after the idle TTL, the transceiver
+        # forgets it once silent for --address-ttl; the call goes on at the new one.
+        assert wait_for(
+            lambda: relay.metric("rtcedge_relay_flows_expired_total", table="confirmed"), 1, 10
+        )
+        assert relay.metric("rtcedge_relay_flows_active", table="confirmed") == 1
+        assert wait_for(lambda: trx.metric("rtcedge_transceiver_client_addresses"), 1, 5)
+        assert await echo.wait(time.monotonic(), 25, 5), "media still flows"
         await pc.close()
 
     with relay, trx:

@@ -4,8 +4,8 @@
 also ends and restarts sessions and lets time pass so that addresses expire. Findings: any
 exception; a datagram routed to a session its client address was not proven for (model in
 fuzz.script); ``learned`` on a datagram that proves nothing for that session; a drop without a
-reason; a latched path or a ``path_to`` answer that no check established; a removed session
-still reachable.
+reason; a media path or a ``path_to`` answer that no check established; ``select`` (ICE's
+round trip) of an address the session never learned; a removed session still reachable.
 """
 
 from __future__ import annotations
@@ -87,6 +87,13 @@ class Harness:
                 relay = relay_key(path.relay)
                 allowed = script.may_send(CONFIG, slot, script.addr_key(client), relay)
                 require(allowed, f"path_to gives {path}, never authenticated")
+            # ICE reports a round trip to ``client`` (it checks only addresses it may send to):
+            # the demultiplexer moves the media path there, and only there.
+            selected = self.demux.select(slot.ufrag, client)
+            require(selected == (path is not None), "select() of an address it cannot reach")
+            if selected:
+                moved = self.demux.path(slot.ufrag)
+                require(moved is not None and moved.client == client, "select() moved elsewhere")
 
     def route(self, step: script.Step) -> None:
         payload = step.body if step.kind == script.RAW else script.stun_payload(step, self.slots)
@@ -105,8 +112,8 @@ class Harness:
         require(key[0] in slot.clients(), f"routed to session {slot.index} unproven")
         if result.learned:
             require(key in slot.proven, "learned from a datagram that proves nothing")
-            path = self.demux.path(slot.ufrag)
-            require(path is not None and path.client == client and path.relay == relay, "latch")
+            way = self.demux.path_to(slot.ufrag, client)
+            require(way is not None and way.relay == relay, "learned but not answerable")
 
 
 def test_one_input(data: bytes) -> None:

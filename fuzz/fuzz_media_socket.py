@@ -10,7 +10,7 @@ Findings: an exception escaping ``datagram_received`` or ``send``; a datagram ne
 once nor dropped once; a delivery to a session its client address was not proven for (model in
 fuzz.script), or of other bytes than the decapsulated payload; behind ``--relay-network``, a
 delivery of a direct datagram or of one encapsulated by a non-relay; a datagram sent to anyone who
-did not authenticate for the sending session; a latched path that no check established.
+did not authenticate for the sending session; a media path that no check established.
 
 The stand-in runs aioice's STUN parser exactly where the real session's ``StunProtocol`` would:
 any exception from it is a finding too (MediaSocket must never hand aioice a datagram its parser
@@ -45,7 +45,7 @@ logging.getLogger("rtcedge.transceiver").disabled = True
 
 
 def media_of(slot: script.Slot) -> bytes:
-    """What a session sends along its latched path (RTP-like first byte)."""
+    """What a session sends along its media path (RTP-like first byte)."""
     return b"\x80media" + bytes([slot.index, slot.generation & 0xFF])
 
 
@@ -107,9 +107,13 @@ class Harness:
             except Exception as exc:
                 self.violations.append(f"aioice raised {exc!r} on a delivered datagram")
                 raise
-            # aioice answers a check to the address it came from.
+            # aioice answers a check to the address it came from; a success response to one of
+            # its own checks is the round trip after which ICE moves the media there.
             self.media.send(slot.ufrag, stun_of(slot), (addr[0], addr[1]))
-        self.media.send(slot.ufrag, media_of(slot))
+            if data[:2] == b"\x01\x01":
+                self.demux.select(slot.ufrag, (addr[0], addr[1]))
+        if self.demux.path(slot.ufrag) is not None:  # media flows once ICE has a path
+            self.media.send(slot.ufrag, media_of(slot))
 
     def run_step(self, step: script.Step) -> None:
         if step.kind == script.CONTROL:

@@ -2,24 +2,36 @@
 
 Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named here:
 
-1. by client address (IP, port) — every packet after a session's first successful check;
+1. by client address (IP, port) — every packet after a session's first authenticated check;
 2. else, only for a STUN Binding request: by the server ufrag in its USERNAME, and only if its
    MESSAGE-INTEGRITY verifies with that session's password (so an address is learned only from a
    peer that proved it knows the session's credentials) and it is not a replay (its transaction
    id was not seen from another address);
 3. else: dropped, with a reason.
 
-A session may be reached at several client addresses over its life (several client candidates
-during ICE checks, NAT rebinding, a new relay). STUN goes back to the address it answers (if that
-address authenticated for the session); media and DTLS go to the newest address that passed a
-check ("latching"), through the relay it was last heard through (any packet of the latched
-address moves the relay: a replaced relay is followed at once), or directly when the client
-talks to the socket without a relay. At most ``MAX_ADDRESSES`` are kept per session, oldest
-dropped first, and ``expire`` forgets those the session left behind once they fall silent.
+Two kinds of trust, because an incoming check proves nothing about its source: STUN has no replay
+protection, so whoever sees a client's traffic can resend a captured check from any (spoofed)
+address. Hence:
+
+- a *learned* address (an authenticated, fresh check came from it) may receive STUN: answers to
+  its checks, and our own checks toward it, the latter on a small credit (``REQUEST_CREDIT``) so
+  that an address that never answers gets a bounded number of them (no amplification);
+- the *path* (where media and DTLS go) moves only when ICE says a check round trip to an address
+  succeeded (``select``: our request, answered with the client's credentials, RFC 8445 7.2.5.3 and
+  RFC 7675). An address the path leaves must prove itself again before media returns to it.
+
+The path follows the relay its address was last heard through (any packet of the path's address
+from another of our relays moves it: a replaced relay is followed at once), or goes directly when
+the client talks to the socket without a relay. Attacker and bounds, per session: at most
+``MAX_ADDRESSES`` learned addresses (a newcomer evicts the one not heard from for longest, never
+the path), ``MAX_TRANSACTIONS`` remembered check ids (every check's, whatever its address), and
+``expire`` forgets the addresses the path left once no check has come from them for a while.
+``on_forget`` tells the owner (ICE) so it drops its own state for that address.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -27,9 +39,15 @@ from common import stun
 
 Addr = tuple[str, int]
 S = TypeVar("S")
-MAX_ADDRESSES = 8
-MAX_TRANSACTIONS = 256  # remembered per session, to refuse replayed checks
-ADDRESS_TTL_S = 30.0  # an address left behind and silent this long is forgotten (RFC 7675's 30 s)
+MAX_ADDRESSES = 4  # NAT rebinding needs 2-3 at once; a phone's Wi-Fi and cellular one more
+MAX_TRANSACTIONS = 256  # check ids remembered per session, to refuse replayed checks
+ADDRESS_TTL_S = 30.0  # an address off the path, with no check from it this long, is forgotten
+# Our own Binding requests (checks) an address off the path may receive: two to start with, one
+# more per fresh check it sends, never more than four banked. A spoofed source thus gets at most
+# one answer per check "it" sent, plus a handful of retransmitted checks, ever.
+REQUEST_CREDIT = 2
+MAX_REQUEST_CREDIT = 4
+_BINDING_REQUEST = stun.BINDING_REQUEST.to_bytes(2, "big")  # a message's first two bytes
 
 
 @dataclass
@@ -48,22 +66,30 @@ class Route(Generic[S]):
 
 
 @dataclass
+class _Address:
+    relay: Addr | None  # the relay it was last heard through (None = direct)
+    credit: int = REQUEST_CREDIT  # our checks it may still receive while off the path
+
+
+@dataclass
 class _Entry(Generic[S]):
     session: S
     password: bytes
-    addresses: dict[Addr, Addr | None] = field(default_factory=dict)  # client -> its relay
+    # Learned addresses, least recently checked first (the eviction order).
+    addresses: dict[Addr, _Address] = field(default_factory=dict)
     transactions: dict[bytes, Addr] = field(default_factory=dict)  # check id -> its sender
     path: Path | None = None
-    heard: set[Addr] = field(default_factory=set)  # older addresses heard since the last sweep
-    quiet_since: dict[Addr, float] = field(default_factory=dict)  # older address -> silent since
+    heard: set[Addr] = field(default_factory=set)  # off-path addresses checked since last sweep
+    quiet_since: dict[Addr, float] = field(default_factory=dict)  # off-path address -> since
 
 
 class Demux(Generic[S]):
     """Sessions keyed by their server ufrag; client addresses learned from authenticated checks."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_forget: Callable[[S, Addr], None] | None = None) -> None:
         self._by_ufrag: dict[str, _Entry[S]] = {}
         self._by_addr: dict[Addr, _Entry[S]] = {}
+        self._on_forget = on_forget
 
     def __len__(self) -> int:
         return len(self._by_ufrag)
@@ -91,23 +117,7 @@ class Demux(Generic[S]):
         """Decide the session of one datagram from ``client`` (arrived through ``relay``)."""
         entry = self._by_addr.get(client)
         if entry is not None:
-            path = entry.path
-            latched = path is not None and path.client == client
-            if path is not None and latched and path.relay is not None and relay is not None:
-                # The latched client, now through another relay (a relay was replaced): follow
-                # at once. Relays are trusted and forward only what that address really sent.
-                # (Between relayed and direct, as below, only an authenticated check moves it.)
-                if path.relay != relay:
-                    entry.path = Path(client, relay)
-                    entry.addresses[client] = relay
-            else:
-                if not latched:
-                    entry.heard.add(client)  # an older address, still in use: not stale
-                if data[:1] and data[0] < 4 and self._fresh_check(data, client, entry):
-                    # An older address: only an authenticated check moves back to it.
-                    entry.path = Path(client, relay)
-                    entry.addresses[client] = relay
-            return Route(entry.session)
+            return self._route_known(entry, data, client, relay)
         if not data or data[0] > 3:
             return Route(None, "unknown_address")
         try:
@@ -119,25 +129,59 @@ class Demux(Generic[S]):
             return Route(None, "unknown_ufrag")
         if not self._authenticated(data, entry):
             return Route(None, "bad_integrity")
-        if not self._fresh_check(data, client, entry):
+        if not self._fresh(data, client, entry):
             return Route(None, "replayed")
-        entry.addresses.pop(client, None)
-        entry.addresses[client] = relay
-        if len(entry.addresses) > MAX_ADDRESSES:
-            self._forget(entry, next(iter(entry.addresses)))
+        if len(entry.addresses) >= MAX_ADDRESSES:
+            self._evict_one(entry)
+        entry.addresses[client] = _Address(relay)
         self._by_addr[client] = entry
-        entry.path = Path(client, relay)
         return Route(entry.session, learned=True)
 
-    def _fresh_check(self, data: bytes, client: Addr, entry: _Entry[S]) -> bool:
-        """Authenticated, and not a copy of a check seen from another address.
+    def _route_known(
+        self, entry: _Entry[S], data: bytes, client: Addr, relay: Addr | None
+    ) -> Route[S]:
+        """A datagram from a learned address: media passes (DTLS and SRTP authenticate
+        themselves); a check must verify and be fresh, and only refreshes the address."""
+        address = entry.addresses[client]
+        path = entry.path
+        on_path = path is not None and path.client == client
+        if on_path and relay is not None and path.relay is not None and path.relay != relay:
+            # The path's client, now through another of our relays (a relay was replaced):
+            # follow at once. Relays are trusted and forward only what that address really
+            # sent. (Between relayed and direct only a check round trip moves the path.)
+            entry.path = Path(client, relay)
+            address.relay = relay
+        if data[:2] != _BINDING_REQUEST:
+            return Route(entry.session)
+        if not self._authenticated(data, entry):
+            return Route(None, "bad_integrity")
+        if not self._fresh(data, client, entry):
+            return Route(None, "replayed")
+        if relay != address.relay and not on_path:
+            address.relay = relay  # answered, and checked, the way it came
+        address.credit = min(address.credit + 1, MAX_REQUEST_CREDIT)
+        del entry.addresses[client]  # most recently checked last
+        entry.addresses[client] = address
+        if not on_path:
+            entry.heard.add(client)
+        return Route(entry.session)
+
+    def _evict_one(self, entry: _Entry[S]) -> None:
+        """Make room for a newcomer: forget the address off the path checked longest ago."""
+        current = entry.path.client if entry.path is not None else None
+        for addr in entry.addresses:
+            if addr != current:
+                self._forget(entry, addr)
+                return
+
+    def _fresh(self, data: bytes, client: Addr, entry: _Entry[S]) -> bool:
+        """Not a copy of a check seen from another address; remembers every check's id.
 
         STUN has no replay protection: a captured check, resent from a spoofed address, verifies.
         Retransmissions reuse their transaction id from the same address, so a known id from a
-        different address is a replay and would make us answer (and latch to) its victim.
+        different address is a replay. Every id is remembered, whatever address it came from
+        (bounded, oldest first).
         """
-        if not self._authenticated(data, entry):
-            return False
         txid = bytes(data[8:20])
         sender = entry.transactions.get(txid)
         if sender is not None:
@@ -154,25 +198,61 @@ class Demux(Generic[S]):
         except stun.StunError:
             return False
 
+    def select(self, ufrag: str, client: Addr) -> bool:
+        """ICE proved ``client`` with a check round trip: media goes there from now on.
+
+        Returns False (nothing changes) if the address is not a learned one of the session.
+        The address the path leaves keeps no credit: to get media back it must prove itself
+        again, with a check of its own and a round trip.
+        """
+        entry = self._by_ufrag.get(ufrag)
+        if entry is None or client not in entry.addresses:
+            return False
+        old = entry.path
+        if old is not None and old.client != client and old.client in entry.addresses:
+            entry.addresses[old.client].credit = 0
+            entry.heard.add(old.client)  # just left: its quiet time starts at the next sweep
+        entry.path = Path(client, entry.addresses[client].relay)
+        entry.quiet_since.pop(client, None)
+        return True
+
     def path(self, ufrag: str) -> Path | None:
-        """The newest authenticated way to the session's client, or None before the first."""
+        """Where the session's media goes: the address ICE last proved, or None before."""
         entry = self._by_ufrag.get(ufrag)
         return entry.path if entry else None
 
     def path_to(self, ufrag: str, client: Addr) -> Path | None:
-        """The way to one authenticated address of the session (for STUN replies), else None."""
+        """The way to one learned address of the session (for STUN answers), else None."""
         entry = self._by_ufrag.get(ufrag)
         if entry is None or client not in entry.addresses:
             return None
-        return Path(client, entry.addresses[client])
+        if entry.path is not None and entry.path.client == client:
+            return entry.path
+        return Path(client, entry.addresses[client].relay)
+
+    def request_path(self, ufrag: str, client: Addr) -> Path | None:
+        """The way for one of our own checks to ``client``: as ``path_to``, but an address off
+        the path spends one credit per check, and None once it has none."""
+        path = self.path_to(ufrag, client)
+        if path is None:
+            return None
+        entry = self._by_ufrag[ufrag]
+        if entry.path is not None and entry.path.client == client:
+            return path
+        address = entry.addresses[client]
+        if address.credit <= 0:
+            return None
+        address.credit -= 1
+        return path
 
     def expire(self, now: float, ttl_s: float = ADDRESS_TTL_S) -> int:
-        """Forget addresses a session moved away from and has not heard from for ``ttl_s``.
+        """Forget addresses off the path that sent no check for ``ttl_s``.
 
         Called periodically (``now`` from a monotonic clock). After a NAT rebinding or a move to
         another relay the old address is no longer the session's; once forgotten, a datagram
         from it is unknown again, so whoever holds that address next (a NAT reuses ports)
-        reaches nothing. Returns how many were forgotten.
+        reaches nothing. Only checks count as signs of life: media proves nothing about its
+        source at this layer. Returns how many were forgotten.
         """
         forgotten = 0
         for entry in self._by_ufrag.values():
@@ -189,5 +269,8 @@ class Demux(Generic[S]):
     def _forget(self, entry: _Entry[S], client: Addr) -> None:
         del entry.addresses[client]
         entry.quiet_since.pop(client, None)
+        entry.heard.discard(client)
         if self._by_addr.get(client) is entry:
             del self._by_addr[client]
+        if self._on_forget is not None:
+            self._on_forget(entry.session, client)

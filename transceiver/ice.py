@@ -94,10 +94,13 @@ class SharedSocketConnection(aioice.Connection):
         password: str,
         advertised: Addr,
         send: Callable[[bytes, Addr | None], None],
+        on_selected: Callable[[Addr], None] = lambda addr: None,
     ):
         super().__init__(ice_controlling=False, local_username=ufrag, local_password=password)
         self._advertised = advertised
         self._send_datagram = send
+        self._on_selected = on_selected
+        self._selected: Addr | None = None
         self.protocol: StunProtocol | None = None
 
     async def gather_candidates(self) -> None:
@@ -129,10 +132,17 @@ class SharedSocketConnection(aioice.Connection):
         return [protocol.local_candidate]
 
     def check_complete(self, pair: CandidatePair) -> None:
-        """aioice's bookkeeping, plus latching (DESIGN.md): once the session is connected, a pair
-        that has just succeeded toward a new client address (NAT rebinding, another client
-        interface) becomes the one media and consent checks use. Without this aioice keeps
-        sending, and checking consent, toward the dead address until consent expires."""
+        """aioice's bookkeeping, plus moving media only after a proven round trip.
+
+        aioice calls this when one of our checks got its authenticated answer from the address
+        it was sent to (RFC 8445 7.2.5.3), or when the client nominates a pair that already did.
+        Once the session is connected, a pair that has just succeeded toward a new client
+        address (NAT rebinding, another client interface) becomes the one media and consent
+        checks use; without this aioice keeps sending, and checking consent, toward the dead
+        address until consent expires. The pair it replaces goes back to Frozen, so that media
+        returns there only after a new round trip (a check from the old address triggers one),
+        never on an incoming check alone: that could be a replayed capture.
+        """
         super().check_complete(pair)
         current = self._nominated.get(pair.component)
         if (
@@ -143,6 +153,24 @@ class SharedSocketConnection(aioice.Connection):
         ):
             pair.nominated = True
             self._nominated[pair.component] = pair
+            current.nominated = False
+            current.remote_nominated = False
+            current.state = CandidatePair.State.FROZEN
+        selected = self._nominated.get(1)
+        if selected is not None and selected.remote_addr != self._selected:
+            self._selected = selected.remote_addr
+            self._on_selected(selected.remote_addr)
+
+    def forget_address(self, addr: Addr) -> None:
+        """Drop the client candidate at ``addr`` and its pairs (the demultiplexer forgot the
+        address): aioice's lists then stay as small as the demultiplexer's table."""
+        if self._selected == addr:
+            return
+        for pair in [p for p in self._check_list if p.remote_addr == addr]:
+            if pair.task is not None:
+                pair.task.cancel()
+            self._check_list.remove(pair)
+        self._remote_candidates = [c for c in self._remote_candidates if (c.host, c.port) != addr]
 
     async def add_remote_candidate(self, remote_candidate: Candidate | None) -> None:
         """Ignore the client's candidates, end-of-candidates included.

@@ -32,6 +32,7 @@ from transceiver.session import Session
 log = logging.getLogger("rtcedge.transceiver")
 
 WATCHDOG_INTERVAL_S = 0.5
+BINDING_REQUEST = stun.BINDING_REQUEST.to_bytes(2, "big")  # a STUN message's first two bytes
 MAX_LOGGED_SESSION_ERRORS = 10  # then only counted (rtcedge_transceiver_dropped_datagrams_total)
 
 
@@ -126,10 +127,15 @@ class MediaSocket(asyncio.DatagramProtocol):
         return allowed
 
     def send(self, ufrag: str, data: bytes, to: tuple[str, int] | None = None) -> None:
-        """Send a session's datagram: STUN to the authenticated address ``to`` it answers or
-        checks, anything else along the newest authenticated path."""
+        """Send a session's datagram: STUN to the learned address ``to`` it answers or checks,
+        anything else (DTLS, SRTP) along the path ICE last proved with a round trip."""
         if to is not None and data[:1] and data[0] < 4:
-            path = self.demux.path_to(ufrag, to)
+            # Our own checks spend the address's credit (no amplification toward an address
+            # that never answers); answers go to any learned address, one per check it sent.
+            if data[:2] == BINDING_REQUEST:
+                path = self.demux.request_path(ufrag, to)
+            else:
+                path = self.demux.path_to(ufrag, to)
         else:
             path = self.demux.path(ufrag)
         if path is None or self.transport is None:
@@ -156,7 +162,7 @@ class TransceiverServer:
         url = config.backend_url if config.backend == "websocket" else None
         self.backend = backend or create_backend(config.backend, url)
         self.metrics = TransceiverMetrics()
-        self.demux: Demux[Session] = Demux()
+        self.demux: Demux[Session] = Demux(on_forget=lambda s, addr: s.ice.forget_address(addr))
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False

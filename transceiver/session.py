@@ -51,7 +51,11 @@ class Session:
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
         self.ice = SharedSocketConnection(
-            ufrag, password, cfg.advertise, send=lambda data, to: server.media.send(ufrag, data, to)
+            ufrag,
+            password,
+            cfg.advertise,
+            send=lambda data, to: server.media.send(ufrag, data, to),
+            on_selected=lambda client: server.demux.select(ufrag, client),
         )
         self.out_track = BackendAudioTrack(
             on_frame_out=server.metrics.audio_frames.labels("out").inc

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
@@ -467,6 +468,7 @@ class NatProxy:
         self._hosts = list(outside_hosts or ("127.0.0.2", "127.0.0.3", "127.0.0.4"))
         self.outside = self._new_outside()
         self.client: tuple[str, int] | None = None
+        self.captured: collections.deque[bytes] = collections.deque(maxlen=64)  # client's STUN
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="nat-proxy")
@@ -509,6 +511,8 @@ class NatProxy:
                     continue
                 if s is self.inside:
                     self.client = src[:2]
+                    if data[:1] and data[0] < 4:  # what an eavesdropper on the path would see
+                        self.captured.append(data)
                     with contextlib.suppress(OSError):
                         outside.sendto(data, self.upstream)
                 elif self.client is not None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 import socket
 
 from bench.webrtc_client import run_client
-from common import encap
+from common import encap, stun
 from tests.transceiver.conftest import direct_config, run, running
+from transceiver.demux import MAX_ADDRESSES
 
 FIRST_BYTES = [0, 1, 2, 3, 20, 22, 63, 128, 144, 191, 255]
 
@@ -76,3 +78,41 @@ def test_encapsulated_datagrams_from_outside_the_relay_networks_are_refused():
             s.close()
 
     run(go())
+
+
+def test_one_session_cannot_grow_its_state_with_checks_from_many_ports():
+    """Finding 3 of the hardening issue: 2000 correctly signed checks from new ports of one host
+    (whoever holds the session's credentials: its own caller) used to leave 2000 addresses in
+    aioice's check list, each making every later check slower on the loop all calls share.
+    The demultiplexer keeps a handful per session and aioice forgets what it forgets."""
+
+    async def go() -> None:
+        cfg = direct_config()
+        async with running(cfg) as (server, url):
+            call = asyncio.create_task(run_client(url, 440, seconds=5))
+            for _ in range(100):
+                if any(s.lifecycle.dtls_connected_at for s in server.sessions.values()):
+                    break
+                await asyncio.sleep(0.05)
+            session = next(iter(server.sessions.values()))
+            client = server.demux.path(session.ufrag).client
+            username = f"{session.ufrag}:attacker"
+            key = session.ice.local_password.encode()
+            attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            attacker.bind(("127.0.0.1", 0))
+            for port in range(20000, 22000):  # as a relay would forward them: one per port
+                check = stun.binding_request(username, secrets.token_bytes(12), key)
+                attacker.sendto(encap.encapsulate(check, "127.0.0.9", port), cfg.media)
+                if port % 50 == 0:
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)
+            assert server.demux.addresses <= MAX_ADDRESSES
+            assert len(session.ice._check_list) <= MAX_ADDRESSES
+            assert len(session.ice.remote_candidates) <= MAX_ADDRESSES
+            assert server.demux.path(session.ufrag).client == client, "media stayed with the call"
+            result = await call
+            assert result.connected and not result.error, result.error
+            assert result.frames_with_own_tone >= 0.5 * result.frames_expected, "the call went on"
+            attacker.close()
+
+    run(go(), timeout_s=90)

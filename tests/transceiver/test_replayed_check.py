@@ -9,12 +9,15 @@ relay and a transceiver; the "capture" is a check we build with the session's cr
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
+import time
 
 from aiortc import RTCPeerConnection
 
-from bench.peers import RelayProcess, TransceiverProcess
+from bench.peers import NatProxy, RelayProcess, TransceiverProcess
+from bench.webrtc_client import EchoCaller
 from common import stun
 from tests.relay.test_relay_integration import collect, udp_client, wait_for
 from tests.transceiver.conftest import run
@@ -101,3 +104,58 @@ def test_checks_replayed_directly_at_the_media_port_are_refused_too():
         )
         for s in (caller, spoofed):
             s.close()
+
+
+def test_a_replayed_consent_check_never_moves_a_live_calls_media():
+    """Finding 1 of the hardening issue: a consent check of a live call, captured and resent
+    from another address through the relay, used to move the call's outbound media there.
+
+    Two replays: the real capture (its id is remembered: refused), and a check signed like it
+    with an id the transceiver has not seen (the worst case: a capture old enough to have left
+    the transaction memory). The second is answered - that is ICE - but media moves only after a
+    round trip, which the spoofed source cannot complete: nothing but STUN ever reaches it, and
+    the caller's echo goes on.
+    """
+    relay = RelayProcess({}, workers=1)
+    proxy = NatProxy(relay.address)
+    trx = TransceiverProcess(relay, advertise=proxy.address)
+    relay.transceivers = {0: trx.media_address}
+    spoofed = udp_client()
+
+    async def go() -> None:
+        caller = EchoCaller()
+        await caller.connect(trx.url)
+        assert await caller.echo.wait(0.0, 25, 10), "the call carries audio"
+        deadline = time.monotonic() + 12
+        while not any(stun.parse(d).msg_type == stun.BINDING_REQUEST for d in proxy.captured):
+            assert time.monotonic() < deadline, "no consent check captured"
+            await asyncio.sleep(0.2)
+        capture = next(d for d in proxy.captured if stun.parse(d).msg_type == stun.BINDING_REQUEST)
+        offer, answer = caller.pc.localDescription.sdp, caller.pc.remoteDescription.sdp
+        username = f"{sdp_value(answer, 'ice-ufrag')}:{sdp_value(offer, 'ice-ufrag')}"
+        key = sdp_value(answer, "ice-pwd").encode()
+        start = time.monotonic()
+        for i in range(30):  # 3 s of replays: the capture, and fresh-id copies of it
+            if i % 2:
+                spoofed.sendto(capture, relay.address)
+            else:
+                fresh = stun.binding_request(username, secrets.token_bytes(12), key)
+                spoofed.sendto(fresh, relay.address)
+            await asyncio.sleep(0.1)
+        received = await asyncio.to_thread(collect, [spoofed], 10_000, 2.0)
+        got = received[spoofed]
+        assert got, "the fresh-id checks are answered (ICE), so the test sees the path"
+        assert all(d[0] < 4 for d in got), "no DTLS or RTP ever reached the spoofed source"
+        assert len(got) <= 15 + 4, "one answer per fresh check, a few checks of ours, no more"
+        assert await caller.echo.wait(start, 100, 5), "the caller's audio went on throughout"
+        assert caller.echo.gap_ms(start + 0.5, time.monotonic()) < 500
+        await caller.pc.close()
+
+    with relay, trx:
+        proxy.start()
+        try:
+            run(go(), timeout_s=60)
+            assert trx.metric("rtcedge_transceiver_dropped_datagrams_total", reason="replayed") > 0
+        finally:
+            proxy.close()
+            spoofed.close()

@@ -77,6 +77,7 @@ class Session:
         pc.on("iceconnectionstatechange", self._on_ice_state)
         pc.on("connectionstatechange", self._on_connection_state)
         await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        _receive_audio_only(pc)
         install(pc, self.ice)
         jitter.install(pc, on_event=self._on_jitter_event)
         pc.addTrack(self.out_track)
@@ -221,6 +222,19 @@ class Session:
     @property
     def state(self) -> State:
         return self.lifecycle.state
+
+
+def _receive_audio_only(pc: RTCPeerConnection) -> None:
+    """Answer every non-audio media m-line as inactive (the offer has one audio m-line).
+
+    Nobody reads a video receiver, and aiortc queues decoded frames without bound: one 720p
+    video m-line grew a transceiver by ~22 MB/s until the kernel killed every call on the pod.
+    An inactive m-line is never started (aiortc registers no receiver for it), so whatever RTP a
+    client still sends for it is dropped unread. The data channel is not an RTP transceiver.
+    """
+    for transceiver in pc.getTransceivers():
+        if transceiver.kind != "audio":
+            transceiver.direction = "inactive"
 
 
 def _connect_task_of(pc: RTCPeerConnection) -> asyncio.Task[Any] | None:

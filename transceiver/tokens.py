@@ -44,7 +44,7 @@ _HEADER = {"alg": "HS256", "typ": "JWT"}
 
 
 class TokenError(Exception):
-    """A token was refused; ``reason`` is a short label (counted, never shown to the caller)."""
+    """A token was refused; ``reason`` is a short label for our log, never shown to the caller."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

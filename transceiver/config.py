@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from relay.config import ConfigError, address_family, parse_host_port
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
+from transceiver.tokens import MIN_SECRET_BYTES
 
 __all__ = ["ConfigError", "TransceiverConfig", "parse_host_port"]
 
@@ -97,8 +98,10 @@ class TransceiverConfig:
             if self.metrics == self.http and self.http[1] != 0:
                 raise ConfigError("--metrics", "must not be the --http address")
         for secret in self.token_secrets:
-            if len(secret) < 32:
-                raise ConfigError("--token-secret", "a secret needs at least 32 bytes")
+            if len(secret) < MIN_SECRET_BYTES:
+                raise ConfigError(
+                    "--token-secret-file", f"a secret needs at least {MIN_SECRET_BYTES} bytes"
+                )
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         return self

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from transceiver.config import ConfigError
+from relay.config import ConfigError  # (transceiver.config re-exports it and imports us)
 
 AUDIENCE = "rtcedge-whip"  # a token the app signs for anything else is refused here
 MIN_SECRET_BYTES = 32

@@ -6,6 +6,9 @@ import base64
 import hashlib
 import hmac
 import json
+import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +128,13 @@ def test_secret_files_need_long_secrets_and_at_least_one():
         parse_secrets("short\n")
     with pytest.raises(ConfigError, match="RTCEDGE_TOKEN_SECRET: no secret"):
         parse_secrets("# nothing\n", "RTCEDGE_TOKEN_SECRET")
+
+
+def test_the_minting_example_of_the_docs_makes_tokens_we_accept():
+    text = (Path(__file__).parents[2] / "docs" / "transceiver.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    names: dict = {}
+    exec(code, names)
+    token = names["whip_token"](SECRET, "alice")
+    claims = TokenVerifier((SECRET,), 3600).verify(token, time.time())
+    assert claims.subject == "alice"

@@ -300,6 +300,7 @@ class TransceiverProcess:
     def __post_init__(self) -> None:
         self.media_port = free_port(self.host)
         self.http_port = free_port(self.host, socket.SOCK_STREAM)
+        self.metrics_port = free_port(self.host, socket.SOCK_STREAM)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -322,6 +323,7 @@ class TransceiverProcess:
             "--media", f"{self.host}:{self.media_port}",
             "--advertise", advertise,
             "--http", f"{self.host}:{self.http_port}",
+            "--metrics", f"{self.host}:{self.metrics_port}",
             "--log-level", "warning",
             *self.extra_args,
         ]  # fmt: skip
@@ -342,8 +344,9 @@ class TransceiverProcess:
         self.stop()
         raise RuntimeError("transceiver did not become ready")
 
-    def http(self, path: str, method: str = "GET") -> tuple[int, str]:
-        req = urllib.request.Request(f"{self.url}{path}", method=method)
+    def http(self, path: str, method: str = "GET", port: int | None = None) -> tuple[int, str]:
+        url = self.url if port is None else f"http://{self.host}:{port}"
+        req = urllib.request.Request(f"{url}{path}", method=method)
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
                 return resp.status, resp.read().decode()
@@ -351,7 +354,7 @@ class TransceiverProcess:
             return exc.code, exc.read().decode()
 
     def metric(self, name: str, **labels: str) -> float:
-        return metric_value(self.http("/metrics")[1], name, **labels)
+        return metric_value(self.http("/metrics", port=self.metrics_port)[1], name, **labels)
 
     def udp_socket_count(self) -> int:
         """UDP sockets this process holds, from /proc (fd inodes matched to /proc/net/udp*)."""

@@ -169,7 +169,7 @@ async def run_bench(
                         gap, relay = await trial_replace(caller, relay, redis_url)
                         gaps.append(gap)
                     await asyncio.sleep(SETTLE_S.get(scenario, 0.5))
-                text = trx.http("/metrics")[1]
+                text = trx.http("/metrics", port=trx.metrics_port)[1]
                 ended[scenario] = {
                     line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
                     for line in text.splitlines()

@@ -398,7 +398,7 @@ class Snapshot:
         # are then unknown (NaN), the CPU figures still come from /proc.
         text = ""
         with contextlib.suppress(OSError):
-            text = trx.http("/metrics")[1]
+            text = trx.http("/metrics", port=trx.metrics_port)[1]
         relay_drops = math.nan
         with contextlib.suppress(OSError):
             relay_drops = relay.metric("rtcedge_relay_dropped_packets_total")
@@ -782,6 +782,7 @@ def _run(
         relay,
         extra_args=["--drain-grace", "5", "--max-sessions", str(max(cfg.sessions) + 10)],
     )
+    trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
     relay.transceivers = {0: trx.media_address}
     trx_log: collections.deque[str] = collections.deque(maxlen=200)
     relay_log: collections.deque[str] = collections.deque(maxlen=200)

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import click
 from aiohttp import web
+from click.core import ParameterSource
 
-from common.options import env_option, setup_logging
+from common.options import ENV_PREFIX, env_option, setup_logging
 from transceiver.config import ConfigError, TransceiverConfig, parse_host_port
+from transceiver.tokens import mint, parse_secrets
+
+log = logging.getLogger("rtcedge.transceiver")
+
+# Options that carry a secret: accepted from the environment (or a file), never from the command
+# line, where every local user reads them (ps, /proc/<pid>/cmdline).
+SECRET_OPTIONS = {"keyring_json": "--keyring-json", "auth_token": "--auth-token"}
+NO_RELAY_NETWORK_WARNING = (
+    "--relay-network is not set: ANY host that can send UDP to the media port %s:%d can "
+    "speak for any client (encapsulated datagrams name the client they carry) and move a "
+    "call's media. Set --relay-network (RTCEDGE_RELAY_NETWORKS) to the relays' network."
+)
 
 EXAMPLES = """
 \b
@@ -23,7 +39,8 @@ Examples:
   # bridge every call to an external service over WebSocket
   transceiver serve ... --backend websocket --backend-url ws://inference:8765/call
 \b
-Every option can also be set by the environment variable shown in brackets.
+Every option can also be set by the environment variable shown in brackets; secrets
+(--keyring-json, --auth-token, the token secret) only by the environment or a file.
 SIGTERM drains: /readyz turns 503, no new sessions, live ones get --drain-grace seconds.
 """
 
@@ -44,7 +61,12 @@ def main() -> None:
 )
 @env_option("--cluster", env="CLUSTER", type=int, default=0, show_default=True, help="Cluster id.")
 @env_option("--keyring", env="KEYRING", default=None, help="Hint keyring JSON file.")
-@env_option("--keyring-json", env="KEYRING_JSON", default=None, help="Hint keyring JSON, inline.")
+@env_option(
+    "--keyring-json",
+    env="KEYRING_JSON",
+    default=None,
+    help="Hint keyring JSON, inline (environment only: a secret).",
+)
 @env_option(
     "--media",
     env="MEDIA",
@@ -63,7 +85,15 @@ def main() -> None:
     env="HTTP",
     default="127.0.0.1:8080",
     show_default=True,
-    help="HOST:PORT for WHIP, /healthz, /readyz, /metrics and the page.",
+    help="HOST:PORT for WHIP, /healthz, /readyz and the page (the public port).",
+)
+@env_option(
+    "--metrics",
+    env="METRICS",
+    default="127.0.0.1:9479",
+    show_default=True,
+    help="HOST:PORT for /metrics (and /healthz, /readyz), or 'off'. Never on the --http port, "
+    "which the ingress makes public.",
 )
 @env_option(
     "--backend",
@@ -93,6 +123,15 @@ def main() -> None:
     help="Seconds from the offer to a connected session.",
 )
 @env_option(
+    "--first-check-timeout",
+    env="FIRST_CHECK_TIMEOUT",
+    type=float,
+    default=3.0,
+    show_default=True,
+    help="Seconds from the answer to the client's first authenticated ICE check; a session "
+    "without one ends (first_check_timeout) instead of holding a slot for --ice-timeout.",
+)
+@env_option(
     "--idle-timeout",
     env="IDLE_TIMEOUT",
     type=float,
@@ -119,7 +158,66 @@ def main() -> None:
     help="Seconds live sessions get after SIGTERM.",
 )
 @env_option(
-    "--auth-token", env="AUTH_TOKEN", default=None, help="Require 'Authorization: Bearer T'."
+    "--auth-token",
+    env="AUTH_TOKEN",
+    default=None,
+    help="Accept 'Authorization: Bearer T' with this static token (environment only).",
+)
+@env_option(
+    "--token-secret-file",
+    env="TOKEN_SECRET_FILE",
+    default=None,
+    help="File of secrets (one per line, >= 32 bytes) for short-lived signed tokens (HS256 JWT, "
+    "docs/transceiver.md); the first signs, all verify. Or set RTCEDGE_TOKEN_SECRET.",
+)
+@env_option(
+    "--token-max-ttl",
+    env="TOKEN_MAX_TTL",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Refuse signed tokens that stay valid longer than this many seconds.",
+)
+@env_option(
+    "--client-rate",
+    env="CLIENT_RATE",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="New sessions per second one client may start, after --client-burst (0: no limit). "
+    "A client is its token's subject, else its address (IPv6: its /64).",
+)
+@env_option(
+    "--client-burst",
+    env="CLIENT_BURST",
+    type=int,
+    default=10,
+    show_default=True,
+    help="New sessions one client may start at once.",
+)
+@env_option(
+    "--client-max-sessions",
+    env="CLIENT_MAX_SESSIONS",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Live sessions per client (0: no cap). Only meaningful when clients are told apart: "
+    "by token subjects, or by their addresses (directly exposed, or --trusted-proxy).",
+)
+@env_option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    env="TRUSTED_PROXIES",
+    multiple=True,
+    help="CIDR of a proxy (your ingress) whose --client-address-header is believed "
+    "(repeatable). Without it every client behind the proxy shares one quota.",
+)
+@env_option(
+    "--client-address-header",
+    env="CLIENT_ADDRESS_HEADER",
+    default="X-Forwarded-For",
+    show_default=True,
+    help="Where a trusted proxy puts the client's address.",
 )
 @env_option("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
 @env_option(
@@ -149,16 +247,47 @@ def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
     setup_logging(str(opts["log_level"]))
     try:
+        refuse_secrets_on_command_line(click.get_current_context())
         config = build_config(opts)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if not config.relay_networks:
+        log.warning(NO_RELAY_NETWORK_WARNING, *config.media)
     try:
         asyncio.run(run(config))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
 
+def refuse_secrets_on_command_line(ctx: click.Context) -> None:
+    for name, option in SECRET_OPTIONS.items():
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            env = next(p.envvar for p in ctx.command.params if p.name == name)
+            raise ConfigError(
+                option,
+                f"a secret on the command line is readable by every local user: set {env}"
+                + (" or --keyring FILE" if name == "keyring_json" else ""),
+            )
+
+
+def token_secrets(opts: dict[str, Any]) -> tuple[bytes, ...]:
+    """The signed tokens' secrets, from RTCEDGE_TOKEN_SECRET or --token-secret-file."""
+    env = os.environ.get(f"{ENV_PREFIX}TOKEN_SECRET")
+    path = opts["token_secret_file"]
+    if env and path:
+        raise ConfigError("--token-secret-file", f"give it or {ENV_PREFIX}TOKEN_SECRET, not both")
+    if env:
+        return parse_secrets(env, f"{ENV_PREFIX}TOKEN_SECRET")
+    if not path:
+        return ()
+    try:
+        return parse_secrets(Path(path).read_text(), "--token-secret-file")
+    except OSError as exc:
+        raise ConfigError("--token-secret-file", f"cannot read {path}: {exc.strerror}") from None
+
+
 def build_config(opts: dict[str, Any]) -> TransceiverConfig:
+    metrics = str(opts["metrics"])
     return TransceiverConfig(
         transceiver_id=opts["transceiver_id"],
         cluster=opts["cluster"],
@@ -171,10 +300,19 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         backend_url=opts["backend_url"],
         max_sessions=opts["max_sessions"],
         ice_timeout_s=opts["ice_timeout"],
+        first_check_timeout_s=opts["first_check_timeout"],
         idle_timeout_s=opts["idle_timeout"],
         max_duration_s=opts["max_duration"],
         drain_grace_s=opts["drain_grace"],
         auth_token=opts["auth_token"],
+        token_secrets=token_secrets(opts),
+        token_max_ttl_s=opts["token_max_ttl"],
+        client_rate_per_s=opts["client_rate"],
+        client_burst=opts["client_burst"],
+        client_max_sessions=opts["client_max_sessions"],
+        trusted_proxies=tuple(n for spec in opts["trusted_proxies"] for n in spec.split()),
+        client_address_header=opts["client_address_header"],
+        metrics=None if metrics == "off" else parse_host_port("--metrics", metrics),
         cors_origin=opts["cors_origin"],
         body_timeout_s=opts["body_timeout"],
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
@@ -184,32 +322,68 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
 
 async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then drain."""
-    from transceiver.http import make_app
+    from transceiver.http import make_app, make_metrics_app
     from transceiver.server import TransceiverServer
 
     server = TransceiverServer(config)
     await server.start()
-    runner = web.AppRunner(make_app(server), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config.http[0], config.http[1])
-    try:
-        await site.start()
-    except OSError as exc:
-        await server.close()
-        raise ConfigError("--http", f"cannot listen on {config.http}: {exc.strerror}") from None
+    runners = []
+    listeners = [("--http", config.http, make_app(server))]
+    if config.metrics is not None:
+        listeners.append(("--metrics", config.metrics, make_metrics_app(server)))
+    for option, (host, port), app in listeners:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            await server.close()
+            for started in runners:
+                await started.cleanup()
+            raise ConfigError(option, f"cannot listen on {(host, port)}: {exc.strerror}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logging.getLogger("rtcedge.transceiver").info(
-        "transceiver %d: media %s, advertising %s, http %s",
+    log.info(
+        "transceiver %d: media %s, advertising %s, http %s, metrics %s",
         config.transceiver_id,
         server.media_address,
         config.advertise,
         config.http,
+        config.metrics or "off",
     )
     if ready is not None:
         ready.set()
     await stop.wait()
     await server.drain()
-    await runner.cleanup()
+    for runner in runners:
+        await runner.cleanup()
+
+
+@main.command()
+@env_option(
+    "--token-secret-file",
+    env="TOKEN_SECRET_FILE",
+    default=None,
+    help="The secrets file the transceivers read (its first secret signs); or set "
+    "RTCEDGE_TOKEN_SECRET.",
+)
+@click.option("--ttl", type=float, default=300.0, show_default=True, help="Seconds valid.")
+@click.option("--subject", default=None, help="Who the token is for ('sub'; goes to the backend).")
+def token(token_secret_file: str | None, ttl: float, subject: str | None) -> None:
+    """Print a short-lived signed WHIP token (what your app's backend does; for trying it out).
+
+    \b
+    RTCEDGE_TOKEN_SECRET="$(cat secret)" transceiver token --subject alice --ttl 60
+    """
+    try:
+        secrets = token_secrets({"token_secret_file": token_secret_file})
+        if not secrets:
+            raise ConfigError("--token-secret-file", f"give it or set {ENV_PREFIX}TOKEN_SECRET")
+        if ttl <= 0:
+            raise ConfigError("--ttl", f"must be > 0, got {ttl}")
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(mint(secrets[0], time.time(), ttl, subject))

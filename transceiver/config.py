@@ -6,9 +6,11 @@ Validation raises ``ConfigError`` naming the option, so a bad deployment fails a
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from relay.config import ConfigError, address_family, parse_host_port
+from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
+from transceiver.tokens import MIN_SECRET_BYTES
 
 __all__ = ["ConfigError", "TransceiverConfig", "parse_host_port"]
 
@@ -26,10 +28,19 @@ class TransceiverConfig:
     backend_url: str | None = None
     max_sessions: int = 20  # ~1 core: bench sessions measured ~4.3% of a core per echo session
     ice_timeout_s: float = 10.0
+    first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S  # answer -> first authenticated check
     idle_timeout_s: float = 60.0
     max_duration_s: float = 4 * 3600.0
     drain_grace_s: float = 30.0
-    auth_token: str | None = None
+    auth_token: str | None = field(default=None, repr=False)
+    token_secrets: tuple[bytes, ...] = field(default=(), repr=False)  # signed tokens' HMAC keys
+    token_max_ttl_s: float = 3600.0  # a signed token valid for longer than this is refused
+    client_rate_per_s: float = 1.0  # sessions a client may start per second (0: no limit)...
+    client_burst: int = 10  # ...after a burst of this many
+    client_max_sessions: int = 0  # live sessions per client (0: no cap)
+    trusted_proxies: tuple[str, ...] = ()  # CIDRs whose client-address header is believed
+    client_address_header: str = "X-Forwarded-For"
+    metrics: tuple[str, int] | None = None  # /metrics listener, never the WHIP port (None: off)
     max_sdp_bytes: int = 64 * 1024
     body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
     cors_origin: str = "*"
@@ -54,6 +65,9 @@ class TransceiverConfig:
         for option, value in (
             ("--max-sessions", self.max_sessions),
             ("--ice-timeout", self.ice_timeout_s),
+            ("--first-check-timeout", self.first_check_timeout_s),
+            ("--token-max-ttl", self.token_max_ttl_s),
+            ("--client-burst", self.client_burst),
             ("--idle-timeout", self.idle_timeout_s),
             ("--max-duration", self.max_duration_s),
             ("--max-sdp-bytes", self.max_sdp_bytes),
@@ -62,11 +76,40 @@ class TransceiverConfig:
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")
-        for cidr in self.relay_networks:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise ConfigError("--relay-network", f"not a network: {cidr!r}") from None
+        for option, value in (
+            ("--client-rate", self.client_rate_per_s),
+            ("--client-max-sessions", self.client_max_sessions),
+        ):
+            if value < 0:
+                raise ConfigError(option, f"must be >= 0 (0: no limit), got {value}")
+        for option, cidrs in (
+            ("--relay-network", self.relay_networks),
+            ("--trusted-proxy", self.trusted_proxies),
+        ):
+            for cidr in cidrs:
+                try:
+                    ipaddress.ip_network(cidr, strict=False)
+                except ValueError:
+                    raise ConfigError(option, f"not a network: {cidr!r}") from None
+        if not self.client_address_header.strip():
+            raise ConfigError("--client-address-header", "must name a header")
+        if self.metrics is not None:
+            address_family("--metrics", self.metrics[0])
+            if self.metrics == self.http and self.http[1] != 0:
+                raise ConfigError("--metrics", "must not be the --http address")
+        for secret in self.token_secrets:
+            if len(secret) < MIN_SECRET_BYTES:
+                raise ConfigError(
+                    "--token-secret-file", f"a secret needs at least {MIN_SECRET_BYTES} bytes"
+                )
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         return self
+
+    def lifecycle_limits(self) -> Limits:
+        return Limits(
+            self.ice_timeout_s, self.idle_timeout_s, self.max_duration_s, self.first_check_timeout_s
+        )
+
+    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return [ipaddress.ip_network(n, strict=False) for n in self.trusted_proxies]

@@ -1,11 +1,17 @@
-"""WHIP signaling (RFC 9725), health, readiness, metrics and the demo page, over aiohttp.
+"""WHIP signaling (RFC 9725), health, readiness and the demo page, over aiohttp; metrics apart.
 
 - ``POST /whip`` (application/sdp) -> 201 Created, the SDP answer, ``Location`` and ``ETag``.
 - ``DELETE /whip/{id}`` ends the session; ``PATCH`` is answered 405 with the reason (no trickle,
   no ICE restart: clients are reached through the relay and a restart means a new session).
-- ``OPTIONS`` and CORS headers, so a page from another origin can call it; optional bearer token.
+- ``OPTIONS`` and CORS headers, so a page from another origin can call it; optional bearer token
+  (a static one, or short-lived signed ones: ``transceiver.tokens``).
 - Errors are plain-text reasons with a precise status: 400 bad offer, 401 token, 404 session,
-  413 too large, 415 content type, 503 + Retry-After at capacity or while draining.
+  413 too large, 415 content type, 429 + Retry-After over a client's quota
+  (``transceiver.quota``), 503 + Retry-After at capacity, while draining or without a backend.
+  A reason never carries configuration (the backend's URL may hold a secret): details are logged.
+
+``/metrics`` is served by ``make_metrics_app`` on its own listener (``--metrics``): the WHIP port
+is public through the ingress, and metrics are for the cluster only.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -20,7 +28,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transceiver.backend import BackendError
 from transceiver.offer import OfferError, check_offer
+from transceiver.quota import (
+    RateLimiter,
+    SessionsPerClient,
+    client_address,
+    client_key,
+    retry_after,
+)
 from transceiver.server import SessionLimitError, TransceiverServer
+from transceiver.tokens import TokenError, TokenVerifier
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -30,11 +46,74 @@ PATCH_REASON = (
     "PATCH is not supported: trickled candidates are not used (clients are reached through "
     "the relay) and an ICE restart needs a new session (POST a new offer)"
 )
+UNAUTHORIZED = "missing or invalid bearer token"
+
+
+class Unauthorized(Exception):
+    """A request without a token we accept; ``reason`` is logged (debug), ``text`` answered."""
+
+    def __init__(self, reason: str, text: str = UNAUTHORIZED) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.text = text
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a 201 needs of a new session."""
+
+    id: str
+    ufrag: str
+    answer_sdp: str
+
+
+class Gate:
+    """Who may call: anyone (no token configured), the static token, or a signed token."""
+
+    def __init__(self, static_token: str | None, verifier: TokenVerifier | None) -> None:
+        self._static = static_token.encode() if static_token else None
+        self._verifier = verifier
+
+    @property
+    def open(self) -> bool:
+        return self._static is None and self._verifier is None
+
+    def check(self, header: str, now: float, ending: bool = False) -> str | None:
+        """The token's subject (None when it names nobody), or Unauthorized.
+
+        ``header`` is the Authorization header as aiohttp decoded it: bytes that are not UTF-8
+        arrive as surrogate escapes, so they are compared as the bytes they were.
+        """
+        if self.open:
+            return None
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("missing")
+        raw = token.encode("utf-8", "surrogateescape")
+        if self._static is not None and hmac.compare_digest(raw, self._static):
+            return None
+        if self._verifier is None:
+            raise Unauthorized("wrong_token")
+        try:
+            claims = self._verifier.verify(token, now, allow_expired=ending)
+        except TokenError as exc:
+            if exc.reason == "expired":
+                raise Unauthorized(exc.reason, "token expired") from None
+            raise Unauthorized(exc.reason) from None
+        return claims.subject
 
 
 def make_app(server: TransceiverServer) -> web.Application:
     cfg = server.config
     app = web.Application(client_max_size=cfg.max_sdp_bytes, middlewares=[_cors(cfg.cors_origin)])
+    verifier = TokenVerifier(cfg.token_secrets, cfg.token_max_ttl_s) if cfg.token_secrets else None
+    gate = Gate(cfg.auth_token, verifier)
+    trusted = cfg.trusted_proxy_networks()
+    limiter = (
+        RateLimiter(cfg.client_rate_per_s, cfg.client_burst) if cfg.client_rate_per_s else None
+    )
+    per_client = SessionsPerClient(cfg.client_max_sessions) if cfg.client_max_sessions else None
 
     def count(method: str, status: int) -> None:
         server.metrics.whip_requests.labels(method, str(status)).inc()
@@ -43,17 +122,16 @@ def make_app(server: TransceiverServer) -> web.Application:
         count(method, status)
         return web.Response(status=status, text=reason + "\n", headers=headers)
 
-    def authorized(request: web.Request) -> bool:
-        if not cfg.auth_token:
-            return True
-        given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {cfg.auth_token}".encode())
+    def unauthorized(method: str, exc: Unauthorized) -> web.Response:
+        log.debug("%s refused (401): %s", method, exc.reason)
+        return fail(method, 401, exc.text, **{"WWW-Authenticate": "Bearer"})
 
     async def post_whip(request: web.Request) -> web.Response:
-        if not authorized(request):
-            return fail(
-                "POST", 401, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"}
-            )
+        now = time.monotonic()
+        try:
+            subject = gate.check(request.headers.get("Authorization", ""), time.time())
+        except Unauthorized as exc:
+            return unauthorized("POST", exc)
         if request.content_type != "application/sdp":
             return fail(
                 "POST", 415, f"Content-Type must be application/sdp, not {request.content_type}"
@@ -64,6 +142,47 @@ def make_app(server: TransceiverServer) -> web.Application:
             return fail("POST", 503, "draining: no new sessions", **{"Retry-After": RETRY_AFTER_S})
         if len(server.sessions) >= cfg.max_sessions:
             return fail("POST", 503, "session limit reached", **{"Retry-After": RETRY_AFTER_S})
+        address = client_address(
+            request.remote, request.headers.get(cfg.client_address_header), trusted
+        )
+        key = client_key(address, subject)
+        if limiter is not None:
+            wait_s = limiter.take(key, now)
+            if wait_s:
+                return fail(
+                    "POST",
+                    429,
+                    "too many new sessions from this client",
+                    **{"Retry-After": retry_after(wait_s)},
+                )
+        if per_client is not None and not per_client.reserve(key, server.sessions):
+            return fail(
+                "POST",
+                429,
+                f"this client already has {cfg.client_max_sessions} sessions",
+                **{"Retry-After": RETRY_AFTER_S},
+            )
+        session: Created | web.Response | None = None
+        try:
+            session = await create(request, address, subject)
+        finally:
+            if per_client is not None:
+                per_client.settle(key, session.id if isinstance(session, Created) else None)
+        if not isinstance(session, Created):
+            assert session is not None
+            return session
+        count("POST", 201)
+        return web.Response(
+            status=201,
+            text=session.answer_sdp,
+            content_type="application/sdp",
+            headers={"Location": f"/whip/{session.id}", "ETag": f'"{session.ufrag}"'},
+        )
+
+    async def create(
+        request: web.Request, address: str | None, subject: str | None
+    ) -> Created | web.Response:
+        """Read and check the offer, make the session: its answer, or the error response."""
         try:
             raw = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
@@ -76,32 +195,27 @@ def make_app(server: TransceiverServer) -> web.Application:
             return fail("POST", 400, "malformed SDP: not UTF-8")
         except OfferError as exc:
             return fail("POST", exc.status, exc.reason)
-        remote = request.remote or ""
         metadata = {"user_agent": request.headers.get("User-Agent", "")[:200]}
+        if subject is not None:
+            metadata["subject"] = subject
         try:
-            session = await server.create_session(offer, remote, metadata)
+            session = await server.create_session(offer, address or "", metadata)
         except SessionLimitError as exc:
             return fail("POST", 503, str(exc), **{"Retry-After": RETRY_AFTER_S})
         except BackendError as exc:
+            # The detail (it may name the backend's URL and a secret in it) stays in our log.
             server.metrics.backend_errors.inc()
-            return fail(
-                "POST", 503, f"backend unavailable: {exc}", **{"Retry-After": RETRY_AFTER_S}
-            )
+            log.warning("offer refused, backend unavailable: %s", exc)
+            return fail("POST", 503, "backend unavailable", **{"Retry-After": RETRY_AFTER_S})
         except ValueError as exc:  # e.g. the offer did not BUNDLE as it claimed
             return fail("POST", 400, f"offer rejected: {exc}")
-        count("POST", 201)
-        return web.Response(
-            status=201,
-            text=session.answer_sdp,
-            content_type="application/sdp",
-            headers={"Location": f"/whip/{session.id}", "ETag": f'"{session.ufrag}"'},
-        )
+        return Created(session.id, session.ufrag, session.answer_sdp)
 
     async def delete_whip(request: web.Request) -> web.Response:
-        if not authorized(request):
-            return fail(
-                "DELETE", 401, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"}
-            )
+        try:
+            gate.check(request.headers.get("Authorization", ""), time.time(), ending=True)
+        except Unauthorized as exc:
+            return unauthorized("DELETE", exc)
         session = server.sessions.get(request.match_info["session_id"])
         if session is None:
             return fail("DELETE", 404, "no such session")
@@ -118,18 +232,6 @@ def make_app(server: TransceiverServer) -> web.Application:
     async def options(request: web.Request) -> web.Response:
         return web.Response(status=204, headers={"Accept-Post": "application/sdp"})
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(request: web.Request) -> web.Response:
-        if server.draining:
-            return web.Response(status=503, text="draining\n")
-        return web.Response(text=f"ready, {len(server.sessions)} sessions\n")
-
-    async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(server.metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
     async def index(request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC_DIR / "index.html")
 
@@ -138,13 +240,37 @@ def make_app(server: TransceiverServer) -> web.Application:
     app.router.add_delete("/whip/{session_id}", delete_whip)
     app.router.add_patch("/whip/{session_id}", patch_whip)
     app.router.add_route("OPTIONS", "/whip/{session_id}", options)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    _add_health(app, server)
     app.router.add_get("/", index)
     if STATIC_DIR.is_dir():
         app.router.add_static("/static/", STATIC_DIR)
     return app
+
+
+def make_metrics_app(server: TransceiverServer) -> web.Application:
+    """``/metrics`` (and health, for probes that use this port) for the cluster's eyes only."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest(server.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    _add_health(app, server)
+    return app
+
+
+def _add_health(app: web.Application, server: TransceiverServer) -> None:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if server.draining:
+            return web.Response(status=503, text="draining\n")
+        return web.Response(text=f"ready, {len(server.sessions)} sessions\n")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
 
 
 def _cors(origin: str):  # type: ignore[no-untyped-def]

@@ -34,6 +34,7 @@ ALLOWED = {
 END_REASONS = (
     "deleted",  # DELETE from the client
     "ice_timeout",  # ICE did not connect within the deadline
+    "first_check_timeout",  # no authenticated connectivity check soon after the answer
     "ice_failed",  # ICE failed or consent was lost (RFC 7675)
     "dtls_failed",
     "peer_closed",  # the client closed DTLS (hung up without DELETE)
@@ -50,11 +51,18 @@ class LifecycleError(Exception):
     pass
 
 
+FIRST_CHECK_TIMEOUT_S = 3.0
+
+
 @dataclass(frozen=True)
 class Limits:
     ice_timeout_s: float
     idle_timeout_s: float
     max_duration_s: float
+    # A real client sends its first check within milliseconds of getting the answer and repeats
+    # it for seconds; an offer that is never followed by one only holds a slot, so it gets much
+    # less time than a client that is connecting.
+    first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S
 
 
 @dataclass
@@ -63,6 +71,8 @@ class Lifecycle:
     limits: Limits
     state: State = State.NEW
     end_reason: str | None = None
+    connecting_at: float | None = None
+    first_check_at: float | None = None
     ice_connected_at: float | None = None
     dtls_connected_at: float | None = None
     last_audio_at: float | None = None
@@ -76,6 +86,12 @@ class Lifecycle:
 
     def start_connecting(self, now: float) -> None:
         self._to(State.CONNECTING, now, "answer sent")
+        self.connecting_at = now
+
+    def check_received(self, now: float) -> None:
+        """An authenticated connectivity check arrived (the first one counts)."""
+        if self.first_check_at is None:
+            self.first_check_at = now
 
     def ice_connected(self, now: float) -> float | None:
         """Record ICE connected; returns seconds since the offer the first time."""
@@ -118,6 +134,14 @@ class Lifecycle:
         if self.state is not State.CONNECTED:
             if now - self.created_at >= self.limits.ice_timeout_s:
                 return "ice_timeout"
+            # Counted from the answer, not the offer: a slow backend must not eat the client's
+            # time to send its first check.
+            if (
+                self.first_check_at is None
+                and self.connecting_at is not None
+                and now - self.connecting_at >= self.limits.first_check_timeout_s
+            ):
+                return "first_check_timeout"
             return None
         assert self.last_audio_at is not None
         if now - self.last_audio_at >= self.limits.idle_timeout_s:

@@ -108,6 +108,8 @@ class MediaSocket(asyncio.DatagramProtocol):
         if route.session is None:
             self._drop(route.reason)
             return
+        if route.learned:  # an authenticated check: the session's first-check deadline is met
+            route.session.lifecycle.check_received(time.monotonic())
         try:
             route.session.ice.datagram_received(payload, client)
         except Exception:  # one bad datagram must never take the socket down
@@ -213,6 +215,7 @@ class TransceiverServer:
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
         session = Session(self, session_id, ufrag, password, time.monotonic())
+        session.lifecycle.limits = self.config.lifecycle_limits()  # (belongs in Session)
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
         self.metrics.sessions_active.inc()

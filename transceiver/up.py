@@ -36,7 +36,19 @@ from relay.config import ConfigError, parse_host_port
     "--backend", type=click.Choice(["echo", "websocket"]), default="echo", show_default=True
 )
 @click.option("--backend-url", default=None, help="ws:// URL for --backend websocket.")
-def up(http: str, relay_addr: str, workers: int, backend: str, backend_url: str | None) -> None:
+@click.option(
+    "--token-secret-file",
+    default=None,
+    help="Require signed tokens (see `transceiver token`); open the page with ?token=...",
+)
+def up(
+    http: str,
+    relay_addr: str,
+    workers: int,
+    backend: str,
+    backend_url: str | None,
+    token_secret_file: str | None,
+) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
     try:
         http_host, http_port = parse_host_port("--http", http)
@@ -45,9 +57,12 @@ def up(http: str, relay_addr: str, workers: int, backend: str, backend_url: str 
         raise click.UsageError(str(exc)) from None
     relay = RelayProcess({}, workers=workers, host=relay_host, quiet=False)
     relay.port = relay_port
-    extra = ["--backend", backend, "--drain-grace", "2"]
+    # Only the relay's internal sockets (on relay_host) may send encapsulated datagrams.
+    extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay_host]
     if backend_url:
         extra += ["--backend-url", backend_url]
+    if token_secret_file:
+        extra += ["--token-secret-file", token_secret_file]
     trx = TransceiverProcess(relay, host=http_host, extra_args=extra, quiet=False)
     trx.http_port = http_port
     relay.transceivers = {trx.tid: trx.media_address}

@@ -56,7 +56,10 @@ def stack():
 
 def metrics_of(stack) -> dict[str, str]:
     relay, trx = stack
-    texts = {"relay": relay.http("/metrics"), "transceiver": trx.http("/metrics")}
+    texts = {
+        "relay": relay.http("/metrics"),
+        "transceiver": trx.http("/metrics", port=trx.metrics_port),
+    }
     for name, (status, _) in texts.items():
         assert status == 200, name
     return {name: text for name, (_, text) in texts.items()}

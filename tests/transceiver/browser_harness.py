@@ -77,10 +77,12 @@ class HarnessConfig:
     connect_timeout_s: float
     audio_s: float
     screenshot: Path | None
+    page_query: str = ""  # e.g. "token=..." for a stack that wants a WHIP token
 
     @property
     def page_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}/"
+        query = f"?{self.page_query}" if self.page_query else ""
+        return f"http://{self.host}:{self.http_port}/{query}"
 
 
 class HarnessError(Exception):
@@ -514,6 +516,7 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser.add_argument("--connect-timeout", type=float, default=20, help="Talk -> connected, s")
     parser.add_argument("--audio-seconds", type=float, default=3, help="audio before stats, s")
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the connected page")
+    parser.add_argument("--page-query", default="", help="query string of the page's address")
     args = parser.parse_args(argv)
     http = f"{args.host}:{args.http_port}"
     relay = f"{args.host}:{args.relay_port}"
@@ -531,6 +534,7 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
         connect_timeout_s=args.connect_timeout,
         audio_s=args.audio_seconds,
         screenshot=args.screenshot,
+        page_query=args.page_query,
     )
 
 

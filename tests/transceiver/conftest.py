@@ -22,7 +22,10 @@ loopback_only()
 
 
 def direct_config(**overrides) -> TransceiverConfig:
-    """Clients talk to the media socket directly: it advertises itself."""
+    """Clients talk to the media socket directly: it advertises itself.
+
+    Every client of a test is 127.0.0.1: no per-client rate limit unless a test sets one.
+    """
     media = free_port()
     base = TransceiverConfig(
         transceiver_id=3,
@@ -31,6 +34,7 @@ def direct_config(**overrides) -> TransceiverConfig:
         advertise=("127.0.0.1", media),
         http=("127.0.0.1", free_port(kind=socket.SOCK_STREAM)),
         keyring_json=Keyring.generate(0).to_json(),
+        client_rate_per_s=0.0,
     )
     return replace(base, **overrides)
 

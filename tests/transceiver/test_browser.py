@@ -10,12 +10,16 @@ green without ever having placed a call.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from transceiver.tokens import mint
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
@@ -23,11 +27,15 @@ HTTP_PORT = 8080
 RELAY_PORT = 3478  # any free port works: the namespace is new and empty
 HARNESS_TIMEOUT_S = 60  # the harness bounds itself to this...
 SUBPROCESS_TIMEOUT_S = HARNESS_TIMEOUT_S + 45  # ...and its watchdog to 30 s more
+TOKEN_SECRET = "the browser test's token secret, >= 32 bytes"
 
 
 @pytest.fixture(scope="module")
-def call() -> dict:
+def call(tmp_path_factory) -> dict:
     """One echo call through the stack, as the harness reports it (JSON).
+
+    The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
+    its offer and on its hang-up's DELETE.
 
     Problems before the call are returned as ``setup_error`` rather than raised, so every test
     FAILS (not errors, never skips) with the reason: CI installs Chromium and runs as root.
@@ -40,9 +48,14 @@ def call() -> dict:
     for tool in ("unshare", "ip"):
         if shutil.which(tool) is None:
             return {"setup_error": f"`{tool}` is missing: Chromium runs in its own netns"}
+    secret_file = tmp_path_factory.mktemp("token") / "secret"
+    secret_file.write_text(TOKEN_SECRET + "\n")
+    token = mint(TOKEN_SECRET.encode(), time.time(), 300, subject="browser")
+    stack = f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file}"
     harness = (
         f"exec {sys.executable} -m tests.transceiver.browser_harness"
         f" --http-port {HTTP_PORT} --relay-port {RELAY_PORT} --timeout {HARNESS_TIMEOUT_S}"
+        f" --stack {shlex.quote(stack)} --page-query token={token}"
     )
     try:
         proc = subprocess.run(

@@ -1,21 +1,25 @@
-"""``transceiver serve`` refuses bad configuration at start with a message naming the option."""
+"""``transceiver serve`` refuses bad configuration at start with a message naming the option;
+secrets come from the environment or a file, never the command line; ``transceiver token``."""
 
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from common.hint import Keyring
 from transceiver.cli import main
+from transceiver.tokens import TokenVerifier
 
 KEYRING = Keyring.generate(1).to_json()
-BASE = ["serve", "--id", "0", "--keyring-json", KEYRING, "--advertise", "127.0.0.1:3478"]
+BASE = ["serve", "--id", "0", "--advertise", "127.0.0.1:3478"]
+SECRET = "s" * 32
 
 
 def run(args: list[str], env: dict[str, str] | None = None):
-    return CliRunner().invoke(main, args, env=env or {})
+    return CliRunner().invoke(main, args, env={"RTCEDGE_KEYRING_JSON": KEYRING, **(env or {})})
 
 
 @pytest.mark.parametrize(
@@ -37,6 +41,15 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--drain-grace", "-1"], "--drain-grace"),
         (["--relay-network", "10.0.0.0/33"], "--relay-network"),
         (["--keyring", "/tmp/keyring.json"], "--keyring"),  # and --keyring-json: one only
+        (["--first-check-timeout", "0"], "--first-check-timeout"),
+        (["--metrics", "127.0.0.1"], "--metrics"),
+        (["--metrics", "localhost:9479"], "--metrics"),
+        (["--client-rate", "-1"], "--client-rate"),
+        (["--client-burst", "0"], "--client-burst"),
+        (["--client-max-sessions", "-1"], "--client-max-sessions"),
+        (["--trusted-proxy", "10.0.0.0/8 nonsense"], "--trusted-proxy"),
+        (["--token-max-ttl", "0"], "--token-max-ttl"),
+        (["--token-secret-file", "/nonexistent/secret"], "--token-secret-file"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):
@@ -47,7 +60,9 @@ def test_bad_option_fails_at_start_naming_it(args, option):
 
 def test_an_unreadable_keyring_is_named():
     args = ["serve", "--id", "0", "--keyring", "/nonexistent/keyring.json"]
-    result = run([*args, "--advertise", "127.0.0.1:3478", "--media", "127.0.0.1:0"])
+    result = CliRunner().invoke(
+        main, [*args, "--advertise", "127.0.0.1:3478", "--media", "127.0.0.1:0"], env={}
+    )
     assert result.exit_code == 2
     assert "--keyring: cannot load keyring" in result.output and "No such file" in result.output
 
@@ -66,3 +81,49 @@ def test_an_occupied_media_port_is_reported_as_such():
     finally:
         taken.close()
     assert result.exit_code == 2 and "--media" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "env"),
+    [
+        (["--auth-token", "s3cret"], "--auth-token", "RTCEDGE_AUTH_TOKEN"),
+        (["--keyring-json", KEYRING], "--keyring-json", "RTCEDGE_KEYRING_JSON"),
+    ],
+)
+def test_a_secret_on_the_command_line_is_refused(args, option, env):
+    # (--max-sessions 0: nothing would start even if the secret were taken)
+    result = run([*BASE, *args, "--max-sessions", "0"])
+    assert result.exit_code == 2
+    assert option in result.output and env in result.output and "every local user" in result.output
+
+
+def test_the_token_secret_comes_from_the_environment_or_a_file(tmp_path):
+    never_start = [*BASE, "--max-sessions", "0"]  # if the secret were taken, this still fails
+    short = run(never_start, env={"RTCEDGE_TOKEN_SECRET": "short"})
+    assert short.exit_code == 2 and "RTCEDGE_TOKEN_SECRET: line 1" in short.output
+    path = tmp_path / "secret"
+    path.write_text(SECRET)
+    both = run(
+        [*never_start, "--token-secret-file", str(path)], env={"RTCEDGE_TOKEN_SECRET": SECRET}
+    )
+    assert both.exit_code == 2 and "not both" in both.output
+    (path.parent / "empty").write_text("# none yet\n")
+    empty = run([*never_start, "--token-secret-file", str(path.parent / "empty")])
+    assert empty.exit_code == 2 and "--token-secret-file: no secret" in empty.output
+    good = run([*never_start, "--token-secret-file", str(path)])
+    assert good.exit_code == 2 and "--max-sessions" in good.output, "the secret was taken"
+
+
+def test_token_prints_a_token_the_transceiver_accepts(tmp_path):
+    result = run(
+        ["token", "--subject", "alice", "--ttl", "60"], env={"RTCEDGE_TOKEN_SECRET": SECRET}
+    )
+    assert result.exit_code == 0, result.output
+    claims = TokenVerifier((SECRET.encode(),), 3600).verify(result.output.strip(), time.time())
+    assert claims.subject == "alice" and claims.expires_at <= time.time() + 60
+    path = tmp_path / "secret"
+    path.write_text(f"{SECRET}\n{'older secret, still verifying ' * 2}\n")
+    from_file = run(["token", "--token-secret-file", str(path)])
+    assert TokenVerifier((SECRET.encode(),), 3600).verify(from_file.output.strip(), time.time())
+    nothing = run(["token"])
+    assert nothing.exit_code == 2 and "RTCEDGE_TOKEN_SECRET" in nothing.output

@@ -41,6 +41,7 @@ def test_illegal_transitions_and_reasons_raise():
 def test_deadlines():
     lc = Lifecycle(0.0, LIMITS)
     lc.start_connecting(0.0)
+    lc.check_received(0.5)
     assert lc.due(9.9) is None
     assert lc.due(10.0) == "ice_timeout"
     lc.dtls_connected(2.0)
@@ -51,3 +52,29 @@ def test_deadlines():
     assert lc.due(100.0) == "max_duration"
     lc.close(100.0, "max_duration")
     assert lc.due(1000.0) is None
+
+
+def test_an_answer_never_followed_by_a_check_ends_early():
+    limits = Limits(
+        ice_timeout_s=10, idle_timeout_s=30, max_duration_s=100, first_check_timeout_s=3
+    )
+    lc = Lifecycle(0.0, limits)
+    lc.start_connecting(1.0)  # a slow backend: the answer left 1 s after the offer
+    assert lc.due(3.9) is None, "counted from the answer, not the offer"
+    assert lc.due(4.0) == "first_check_timeout"
+    lc.close(4.0, "first_check_timeout")
+    assert lc.end_reason == "first_check_timeout"
+
+
+def test_one_check_lifts_the_first_check_deadline_only():
+    limits = Limits(
+        ice_timeout_s=10, idle_timeout_s=30, max_duration_s=100, first_check_timeout_s=3
+    )
+    lc = Lifecycle(0.0, limits)
+    assert lc.due(5.0) is None, "no answer yet: only --ice-timeout applies"
+    lc.start_connecting(0.1)
+    lc.check_received(2.9)
+    lc.check_received(3.5)
+    assert lc.first_check_at == 2.9, "the first one counts"
+    assert lc.due(9.9) is None
+    assert lc.due(10.0) == "ice_timeout", "ICE must still connect in time"

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import time
 
 import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from multidict import CIMultiDict
 
+from bench.peers import free_port
 from bench.webrtc_client import ToneTrack, run_client
 from tests.transceiver.conftest import direct_config, run, running
+from transceiver.backend import Backend, SessionInfo, create_backend
+from transceiver.tokens import mint
 
 SDP = {"Content-Type": "application/sdp"}
+SECRET = b"0123456789abcdef0123456789abcdef"
 
 
 async def make_offer(audio: bool = True, data: bool = True) -> str:
@@ -95,12 +101,13 @@ def test_bad_requests_get_precise_statuses():
 
 def test_bearer_token_is_required_when_configured():
     async def go():
-        async with running(direct_config(auth_token="s3cret")) as (_, url):
+        async with running(direct_config(auth_token="s3cret")) as (server, url):
             offer = await make_offer()
             status, _, headers = await post(url, offer)
             assert status == 401 and headers["WWW-Authenticate"] == "Bearer"
             status, _, _ = await post(url, offer, {**SDP, "Authorization": "Bearer wrong"})
             assert status == 401
+            assert server.metrics.whip_requests.labels("POST", "401")._value.get() == 2
             status, _, headers = await post(url, offer, {**SDP, "Authorization": "Bearer s3cret"})
             assert status == 201
             async with aiohttp.ClientSession() as http:
@@ -110,6 +117,97 @@ def test_bearer_token_is_required_when_configured():
                     f"{url}{headers['Location']}", headers={"Authorization": "Bearer s3cret"}
                 ) as r:
                     assert r.status == 200
+
+    run(go())
+
+
+async def raw_post(cfg, head: bytes) -> bytes:
+    """A POST written byte by byte (aiohttp's client would refuse such headers); its status."""
+    reader, writer = await asyncio.open_connection(*cfg.http)
+    writer.write(
+        b"POST /whip HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\n"
+        + head
+        + b"Content-Length: 3\r\n\r\nv=0"
+    )
+    await writer.drain()
+    status_line = await asyncio.wait_for(reader.readline(), 5)
+    writer.close()
+    await writer.wait_closed()
+    return status_line
+
+
+def test_a_non_utf8_authorization_header_is_401_not_500():
+    async def go():
+        for cfg in (
+            direct_config(auth_token="s3cret"),
+            direct_config(token_secrets=(SECRET,)),
+            direct_config(auth_token="s3cret", token_secrets=(SECRET,)),
+        ):
+            async with running(cfg) as (server, _):
+                for value in (b"Bearer \xff\xfe", b"\xc3(", b"Bearer s3cret\x80"):
+                    status_line = await raw_post(cfg, b"Authorization: " + value + b"\r\n")
+                    assert b" 401 " in status_line, (value, status_line)
+                assert server.metrics.whip_requests.labels("POST", "500")._value.get() == 0
+
+    run(go())
+
+
+class RecordingBackend(Backend):
+    """The echo backend, remembering what each session was opened with."""
+
+    def __init__(self) -> None:
+        self.echo = create_backend("echo")
+        self.infos: list[SessionInfo] = []
+
+    async def open_session(self, info, emit_audio, emit_event, on_failure):  # type: ignore[no-untyped-def]
+        self.infos.append(info)
+        return await self.echo.open_session(info, emit_audio, emit_event, on_failure)
+
+
+def test_signed_tokens_start_sessions_and_an_expired_one_still_ends_its_call():
+    async def go():
+        backend = RecordingBackend()
+        cfg = direct_config(auth_token="s3cret", token_secrets=(b"x" * 32, SECRET))
+        async with running(cfg, backend) as (_, url):
+            offer = await make_offer()
+            token = mint(SECRET, time.time(), 60, subject="alice")
+            auth = {"Authorization": f"Bearer {token}"}
+            status, _, headers = await post(url, offer, {**SDP, **auth})
+            assert status == 201
+            assert backend.infos[-1].metadata["subject"] == "alice", "the backend learns who"
+            assert (await post(url, offer, {**SDP, "Authorization": "Bearer s3cret"}))[0] == 201
+            expired = mint(SECRET, time.time() - 120, 60, subject="alice")
+            status, text, _ = await post(url, offer, {**SDP, "Authorization": f"Bearer {expired}"})
+            assert (status, text) == (401, "token expired\n")
+            forged = mint(b"f" * 32, time.time(), 60, subject="alice")
+            status, text, _ = await post(url, offer, {**SDP, "Authorization": f"Bearer {forged}"})
+            assert (status, text) == (401, "missing or invalid bearer token\n")
+            too_long = mint(SECRET, time.time(), 2 * 3600)
+            status, _, _ = await post(url, offer, {**SDP, "Authorization": f"Bearer {too_long}"})
+            assert status == 401
+            async with aiohttp.ClientSession() as http:
+                # A call outlives its token: DELETE takes one whose signature is good.
+                bad = {"Authorization": f"Bearer {forged}"}
+                async with http.delete(f"{url}{headers['Location']}", headers=bad) as r:
+                    assert r.status == 401
+                ok = {"Authorization": f"Bearer {expired}"}
+                async with http.delete(f"{url}{headers['Location']}", headers=ok) as r:
+                    assert r.status == 200
+
+    run(go())
+
+
+def test_a_missing_backend_answers_503_without_its_url():
+    async def go():
+        dead = free_port(kind=socket.SOCK_STREAM)  # nothing listens there
+        url_with_secret = f"ws://user:PASSWORD@127.0.0.1:{dead}/call?key=APIKEY"
+        cfg = direct_config(backend="websocket", backend_url=url_with_secret)
+        async with running(cfg) as (server, url):
+            status, text, headers = await post(url, await make_offer())
+            assert (status, text) == (503, "backend unavailable\n")
+            assert headers["Retry-After"]
+            assert "PASSWORD" not in text and "APIKEY" not in text and str(dead) not in text
+            assert server.metrics.backend_errors._value.get() == 1
 
     run(go())
 

@@ -27,7 +27,16 @@
     dcState: $("dc-state"),
     messages: $("messages"),
     audio: $("remote-audio"),
+    token: $("token"),
   };
+  // A WHIP token (static, or short-lived and signed by the app's backend): from the field, which
+  // ?token= in this page's address fills. Sent on every WHIP request, the DELETEs included.
+  ui.token.value = new URLSearchParams(window.location.search).get("token") || "";
+
+  function authorization() {
+    const token = ui.token.value.trim();
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
 
   // The one session of this page; null when idle.
   let session = null;
@@ -214,7 +223,15 @@
     hangupStatus = null;
     renderMessages();
     const started = performance.now();
-    const s = { pc: null, dc: null, stream: null, location: null, connecting: true, timer: null };
+    const s = {
+      pc: null,
+      dc: null,
+      stream: null,
+      location: null,
+      connecting: true,
+      timer: null,
+      authorization: {},
+    };
     s.timings = {};
     const mark = (name) => {
       s.timings[name] = Math.round(performance.now() - started);
@@ -259,9 +276,8 @@
       pc.oniceconnectionstatechange = renderStates;
 
       await pc.setLocalDescription(await pc.createOffer());
-      const headers = { "Content-Type": "application/sdp" };
-      const token = new URLSearchParams(window.location.search).get("token");
-      if (token) headers.Authorization = `Bearer ${token}`;
+      const headers = { "Content-Type": "application/sdp", ...authorization() };
+      s.authorization = authorization(); // the DELETE uses the token this session started with
       let response;
       try {
         response = await fetch(WHIP_URL, {
@@ -279,7 +295,9 @@
       const answer = await response.text();
       if (session !== s) {
         // hung up while the offer was in flight: end the session we just made
-        if (s.location) fetch(s.location, { method: "DELETE" }).catch(() => {});
+        if (s.location) {
+          fetch(s.location, { method: "DELETE", headers: s.authorization }).catch(() => {});
+        }
         return;
       }
       await pc.setRemoteDescription({ type: "answer", sdp: answer });
@@ -310,6 +328,7 @@
       try {
         const response = await fetch(s.location, {
           method: "DELETE",
+          headers: s.authorization,
           signal: AbortSignal.timeout(5000),
         });
         hangupStatus = response.status;
@@ -334,7 +353,11 @@
   // Closing the tab ends the server's session too, instead of waiting for consent to expire.
   window.addEventListener("pagehide", () => {
     if (session && session.location) {
-      fetch(session.location, { method: "DELETE", keepalive: true }).catch(() => {});
+      fetch(session.location, {
+        method: "DELETE",
+        headers: session.authorization,
+        keepalive: true,
+      }).catch(() => {});
     }
   });
 

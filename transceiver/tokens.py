@@ -1,0 +1,177 @@
+"""Short-lived signed WHIP tokens, minted by the app's backend with a secret it shares with us.
+
+The format is a JSON Web Token (RFC 7519) signed with HS256 (HMAC-SHA256, RFC 7518 3.2), so an
+app backend in any language mints one with its usual JWT library or twenty lines of code
+(docs/transceiver.md, "Signed tokens"). We verify exactly one algorithm and the claims below,
+which keeps JWT's known traps shut: ``alg: none`` and RS256/HS256 confusion are refused, and the
+signature is checked (in constant time) before any JSON is parsed.
+
+    token  = b64url(header) "." b64url(claims) "." b64url(HMAC-SHA256(secret, first two parts))
+    header = {"alg": "HS256", "typ": "JWT"}            (typ optional; "crit" refused)
+    claims = {"aud": "rtcedge-whip",                    (required: a string, or a list holding it)
+              "exp": 1767225600,                        (required: seconds since the epoch)
+              "sub": "user-42",                         (optional: who, passed to the backend)
+              "iat": 1767225540, "nbf": 1767225540}     (optional)
+
+b64url is base64 with the URL alphabet and no ``=`` padding (RFC 7515 2). The secret is the
+UTF-8 bytes of one line of the secret file (at least 32 bytes); several lines form a ring: every
+one verifies, the first one signs (``mint``), which is how a secret is rotated.
+
+Sans-I/O: ``now`` is passed in (seconds since the epoch).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from relay.config import ConfigError  # (transceiver.config re-exports it and imports us)
+
+AUDIENCE = "rtcedge-whip"  # a token the app signs for anything else is refused here
+MIN_SECRET_BYTES = 32
+MAX_TOKEN_CHARS = 2048  # refused before any work: a bearer header is small
+MAX_SUBJECT_CHARS = 256
+CLOCK_SKEW_S = 60.0  # nbf and iat may be this far ahead of our clock (another host minted it)
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_HEADER = {"alg": "HS256", "typ": "JWT"}
+
+
+class TokenError(Exception):
+    """A token was refused; ``reason`` is a short label for our log, never shown to the caller."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Claims:
+    subject: str | None
+    expires_at: float
+
+
+def parse_secrets(text: str, option: str = "--token-secret-file") -> tuple[bytes, ...]:
+    """The secrets of a secret file or variable: one per line, blank lines and ``#`` ignored."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        secret = line.encode()
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                option, f"line {number}: a secret needs at least {MIN_SECRET_BYTES} bytes"
+            )
+        found.append(secret)
+    if not found:
+        raise ConfigError(option, "no secret in it")
+    return tuple(found)
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def _sign(secret: bytes, signing_input: bytes) -> bytes:
+    return hmac.new(secret, signing_input, hashlib.sha256).digest()
+
+
+def mint(secret: bytes, now: float, ttl_s: float, subject: str | None = None) -> str:
+    """A token valid for ``ttl_s`` from ``now``: what an app backend does, in Python."""
+    claims: dict[str, Any] = {"aud": AUDIENCE, "iat": int(now), "exp": int(now + ttl_s)}
+    if subject is not None:
+        claims["sub"] = subject
+    head = _b64encode(json.dumps(_HEADER, separators=(",", ":")).encode())
+    body = _b64encode(json.dumps(claims, separators=(",", ":")).encode())
+    signing_input = f"{head}.{body}".encode("ascii")
+    return f"{head}.{body}.{_b64encode(_sign(secret, signing_input))}"
+
+
+class TokenVerifier:
+    """Checks bearer tokens against a ring of secrets; stateless, so nothing to fill."""
+
+    def __init__(self, secrets: tuple[bytes, ...], max_ttl_s: float) -> None:
+        self.secrets = secrets
+        self.max_ttl_s = max_ttl_s
+
+    def verify(self, token: str, now: float, allow_expired: bool = False) -> Claims:
+        """The token's claims, or TokenError.
+
+        ``allow_expired`` is for ending a session (DELETE): a call outlives the token that
+        started it, and a token with a good signature was issued by the app all the same.
+        """
+        if len(token) > MAX_TOKEN_CHARS:
+            raise TokenError("malformed")
+        parts = token.split(".")
+        if len(parts) != 3 or not all(_B64URL.fullmatch(p) for p in parts):
+            raise TokenError("malformed")
+        try:
+            signature = _b64decode(parts[2])
+        except (binascii.Error, ValueError):
+            raise TokenError("malformed") from None
+        signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")
+        # Every secret is tried (a ring); each comparison is constant-time.
+        if not any(hmac.compare_digest(_sign(s, signing_input), signature) for s in self.secrets):
+            raise TokenError("bad_signature")
+        header = _json_object(parts[0])
+        if header.get("alg") != "HS256" or header.get("typ", "JWT") != "JWT" or "crit" in header:
+            raise TokenError("bad_header")
+        claims = _json_object(parts[1])
+        audience = claims.get("aud")
+        if audience != AUDIENCE and not (isinstance(audience, list) and AUDIENCE in audience):
+            raise TokenError("wrong_audience")
+        expires_at = _number(claims, "exp")
+        if expires_at is None:
+            raise TokenError("bad_claims")
+        if not allow_expired:
+            if now >= expires_at:
+                raise TokenError("expired")
+            if expires_at - now > self.max_ttl_s:
+                raise TokenError("lives_too_long")
+            for name in ("nbf", "iat"):
+                at = _number(claims, name)
+                if at is not None and at > now + CLOCK_SKEW_S:
+                    raise TokenError("not_yet_valid")
+        subject = claims.get("sub")
+        if subject is not None and (
+            not isinstance(subject, str) or len(subject) > MAX_SUBJECT_CHARS
+        ):
+            raise TokenError("bad_claims")
+        return Claims(subject, expires_at)
+
+
+def _json_object(part: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_b64decode(part))
+    except (binascii.Error, ValueError, RecursionError):
+        raise TokenError("malformed") from None
+    if not isinstance(value, dict):
+        raise TokenError("malformed")
+    return value
+
+
+def _number(claims: dict[str, Any], name: str) -> float | None:
+    """A NumericDate claim; absent -> None; anything but a finite number -> TokenError."""
+    if name not in claims:
+        return None
+    value = claims[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TokenError("bad_claims")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise TokenError("bad_claims") from None
+    if not math.isfinite(number):
+        raise TokenError("bad_claims")
+    return number

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -175,10 +176,53 @@ def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeyp
     assert wanted == values["relay"]["publicAddress"]
     assert config.media[1] == 5000 and config.http[1] == 8080
     assert config.keyring_path == "/secrets/keyring.json"
-    assert config.relay_networks == tuple(values.get("transceiver", {}).get("relayNetworks", ()))
+    assert config.relay_networks == relay_networks_of(values)
+    assert config.relay_networks, "never any source"
     spec = trx["spec"]["template"]["spec"]
     preStop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
     assert spec["terminationGracePeriodSeconds"] > config.drain_grace_s + preStop
+
+
+def relay_networks_of(values: dict) -> tuple[str, ...]:
+    """What the transceivers must trust: the relays' pod CIDRs, plus the nodes' on hostNetwork."""
+    nets = list(values.get("transceiver", {}).get("relayNetworks", ()))
+    if values["relay"].get("mode") == "hostNetwork":
+        nets = values.get("networkPolicy", {}).get("relayNodeCIDRs", []) + nets
+    return tuple(dict.fromkeys(nets))
+
+
+def test_host_network_relays_are_the_only_senders_the_transceivers_trust():
+    """Finding 6: the relay nodes' CIDRs (required for the NetworkPolicy) reach --relay-network."""
+    values = ci_values("hostnetwork")
+    assert not values.get("transceiver", {}).get("relayNetworks")
+    args = container(workload(render(values), "transceiver"))["args"]
+    assert [a for a in args if a.startswith("--relay-network")] == [
+        "--relay-network=192.0.2.0/24"
+    ]
+    both = merge(values, {"transceiver": {"relayNetworks": ["192.0.2.0/24", "10.244.0.0/16"]}})
+    args = container(workload(render(both), "transceiver"))["args"]
+    assert [a for a in args if a.startswith("--relay-network")] == [
+        "--relay-network=192.0.2.0/24",
+        "--relay-network=10.244.0.0/16",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # Relays are pods: their pod CIDR must be named.
+        ({"transceiver": {"relayNetworks": []}}, "transceiver.relayNetworks is required in relay.mode=loadBalancer"),
+        ({"relay": {"mode": "hostPort"}, "transceiver": {"relayNetworks": []}}, "transceiver.relayNetworks is required in relay.mode=hostPort"),
+        # hostNetwork without a NetworkPolicy (the schema asks for the node CIDRs only with one).
+        ({"relay": {"mode": "hostNetwork"}, "transceiver": {"relayNetworks": []}, "networkPolicy": {"enabled": False}}, "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in relay.mode=hostNetwork"),
+        ({"transceiver": {"relayNetworks": ["0.0.0.0/0"]}}, "0.0.0.0/0 is every address"),
+        ({"ipFamily": "IPv6", "transceiver": {"relayNetworks": ["::/0"]}}, "::/0 is every address"),
+    ],
+)  # fmt: skip
+def test_a_release_whose_transceivers_trust_any_sender_is_refused(override, message):
+    """Finding 6: no rendered chart lets the media port take encapsulated datagrams from anyone."""
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(merge(PUBLIC, override))
 
 
 def test_transceiver_id_from_pod_name(tmp_path: Path):

@@ -172,6 +172,32 @@ when asked for (SO_RCVBUFFORCE). Empty for the defaults. */}}
 {{- end }}
 {{- end }}
 
+{{/* The networks the transceivers accept encapsulated datagrams from (--relay-network), as JSON:
+transceiver.relayNetworks, plus networkPolicy.relayNodeCIDRs in hostNetwork mode (relays then send
+from their nodes' addresses). An encapsulated datagram names the client it speaks for, so an empty
+list (any source) would let whoever reaches the media port move a session's return path: refused,
+as is a /0. */}}
+{{- define "rtcedge.transceiver.relayNetworks" -}}
+{{- $nets := list }}
+{{- if eq .Values.relay.mode "hostNetwork" }}
+{{- $nets = concat $nets .Values.networkPolicy.relayNodeCIDRs }}
+{{- end }}
+{{- $nets = concat $nets .Values.transceiver.relayNetworks | uniq }}
+{{- if not $nets }}
+{{- if eq .Values.relay.mode "hostNetwork" }}
+{{- fail "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in relay.mode=hostNetwork: list the CIDRs of the relay nodes. The transceivers accept encapsulated datagrams (which name the client they speak for) only from there (--relay-network); without it anyone who reaches their media port could redirect a call's media" }}
+{{- else }}
+{{- fail (printf "transceiver.relayNetworks is required in relay.mode=%s: list the pod CIDR(s) the relay pods get addresses from (e.g. 10.244.0.0/16; docs/deploy.md, section Network policy). The transceivers accept encapsulated datagrams (which name the client they speak for) only from there (--relay-network); without it anyone who reaches their media port could redirect a call's media" .Values.relay.mode) }}
+{{- end }}
+{{- end }}
+{{- range $nets }}
+{{- if hasSuffix "/0" . }}
+{{- fail (printf "transceiver.relayNetworks / networkPolicy.relayNodeCIDRs: %s is every address; list the networks the relays send from" .) }}
+{{- end }}
+{{- end }}
+{{- toJson $nets }}
+{{- end }}
+
 {{/* NetworkPolicy peers that are the relays: their pods, or their nodes in hostNetwork mode. */}}
 {{- define "rtcedge.relay.peers" -}}
 {{- if eq .Values.relay.mode "hostNetwork" }}

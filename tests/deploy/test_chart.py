@@ -254,6 +254,33 @@ def test_pod_index_label_mode_is_refused_before_kubernetes_1_28():
         render(values, kube_version="v1.27.9")
 
 
+def test_deny_and_allow_networks_reach_the_relay_only_when_set(monkeypatch):
+    """Finding 4: extra denied client networks and exceptions, as environment variables (so a
+    chart without them renders for any relay version); nothing when left empty."""
+    env = env_of(workload(render(PUBLIC), "relay"))
+    assert "RTCEDGE_DENY_NETWORKS" not in env and "RTCEDGE_ALLOW_NETWORKS" not in env
+    deny, allow = ["198.18.0.0/15", "2001:db8::/32"], ["10.8.0.0/16"]
+    values = merge(PUBLIC, {"relay": {"denyNetworks": deny, "allowNetworks": allow}})
+    relay = workload(render(values), "relay")
+    env = _resolve_env(relay, "10.1.2.3", monkeypatch)
+    assert env["RTCEDGE_DENY_NETWORKS"] == "198.18.0.0/15,2001:db8::/32"
+    assert env["RTCEDGE_ALLOW_NETWORKS"] == "10.8.0.0/16"
+    # Once the relay knows the options, its parser reads them from there.
+    params = relay_cli.main.commands["serve"].make_context(
+        "serve", _expand(container(relay)["args"], env)
+    ).params
+    for option, wanted in (("deny_networks", deny), ("allow_networks", allow)):
+        if option in params:
+            given = [n for v in params[option] for n in str(v).replace(",", " ").split()]
+            assert given == wanted, option
+
+
+@pytest.mark.parametrize("where", ["denyNetworks", "allowNetworks"])
+def test_deny_and_allow_networks_are_cidrs(where):
+    with pytest.raises(helm.HelmValuesError, match=f"/relay/{where}/0"):
+        render(merge(PUBLIC, {"relay": {where: ["10.0.0.1"]}}))
+
+
 def test_relay_ids_follow_transceiver_replicas():
     values = merge(PUBLIC, {"transceiver": {"replicas": 7}})
     args = container(workload(render(values), "relay"))["args"]

@@ -96,10 +96,10 @@ def _resolve_env(obj, pod_ip: str, monkeypatch) -> dict[str, str]:
     """The container's environment with the downward API filled in as the kubelet would."""
     for key in [k for k in os.environ if k.startswith("RTCEDGE_")]:
         monkeypatch.delenv(key)
-    env = {}
+    env: dict[str, str] = {}
     for name, entry in env_of(obj).items():
         if "value" in entry:
-            env[name] = entry["value"]
+            env[name] = _expand([entry["value"]], env)[0]  # only variables defined before it
             continue
         ref = entry["valueFrom"]
         if "fieldRef" in ref:
@@ -145,7 +145,8 @@ def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
     assert config.listen[1] == values["relay"].get("port", 3478)
     assert config.listen[0] in ("0.0.0.0", "::")
     assert config.keyring_path == "/secrets/keyring.json"
-    assert config.metrics is not None and config.metrics[1] == 9478
+    # Metrics on the pod IP (the node's internal address on hostNetwork), never 0.0.0.0.
+    assert config.metrics == (SAMPLE_POD_IP[family], 9478)
     replicas = values.get("transceiver", {}).get("replicas", 2)
     wanted_ids = values["relay"].get("transceiverIds") or f"0-{replicas - 1}"
     assert ctx.params["transceiver_ids"] == wanted_ids
@@ -223,6 +224,92 @@ def test_a_release_whose_transceivers_trust_any_sender_is_refused(override, mess
     """Finding 6: no rendered chart lets the media port take encapsulated datagrams from anyone."""
     with pytest.raises(helm.HelmError, match=re.escape(message)):
         render(merge(PUBLIC, override))
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_metrics_listen_on_the_pod_ip_and_probes_still_reach_them(name, monkeypatch):
+    """Finding 8: relay and transceiver /metrics bound to the pod IP (status.podIP: the node's
+    own address for a hostNetwork pod), which is where the kubelet's probes connect."""
+    values = ci_values(name)
+    family = values.get("ipFamily", "IPv4")
+    pod_ip = SAMPLE_POD_IP[family]
+    objects = render(values)
+    for component in ("relay", "transceiver"):
+        obj = workload(objects, component)
+        c = container(obj)
+        assert env_of(obj)["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        for probe in (c["livenessProbe"], c["readinessProbe"]):
+            assert "host" not in probe["httpGet"]  # the kubelet connects to the pod IP
+    trx = workload(objects, "transceiver")
+    env = _resolve_env(trx, pod_ip, monkeypatch)
+    wanted = f"[{pod_ip}]:9479" if family == "IPv6" else f"{pod_ip}:9479"
+    assert env["RTCEDGE_METRICS"] == wanted
+    ports = {p["name"]: p for p in container(trx)["ports"]}
+    assert ports["metrics"] == {"name": "metrics", "containerPort": 9479, "protocol": "TCP"}
+    assert not any("metrics" in a for a in container(trx)["args"])
+    # Once the transceiver knows --metrics, its parser reads it from RTCEDGE_METRICS.
+    params = transceiver_cli.main.commands["serve"].make_context(
+        "serve", ["--id", "1", *_expand(container(trx)["args"], env)]
+    ).params
+    if "metrics" in params:
+        assert params["metrics"] == wanted
+
+
+def test_scrapes_reach_the_transceivers_metrics_port_not_the_http_one():
+    objects = render(PUBLIC, api_versions=(MONITORING,))
+    monitor = one(objects, "ServiceMonitor", "rtcedge-transceiver")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    headless = one(objects, "Service", "rtcedge-transceiver-headless")
+    assert headless["metadata"]["labels"]["rtcedge.io/metrics"] == "true"
+    by_name = {p["name"]: p for p in headless["spec"]["ports"]}
+    assert by_name["metrics"] == {
+        "name": "metrics", "protocol": "TCP", "port": 9479, "targetPort": "metrics"
+    }  # fmt: skip
+
+
+def _routes(path: str, rule_path: str, path_type: str) -> bool:
+    """Does an Ingress path rule send ``path`` to its backend? Kubernetes' Prefix matches whole
+    path elements; ImplementationSpecific is taken as a string prefix (what nginx does)."""
+    if path_type == "Exact":
+        return path == rule_path
+    if path_type == "Prefix":
+        prefix = rule_path.rstrip("/")
+        return path == prefix or path.startswith(prefix + "/")
+    return path.startswith(rule_path)
+
+
+def test_the_ingress_routes_whip_and_the_page_never_metrics():
+    """Finding 8: the Ingress reaches only the HTTP port, and only its WHIP and page paths."""
+    objects = render(ci_values("hostport-redis"))
+    ingress = one(objects, "Ingress", "rtcedge-transceiver")
+    service = one(objects, "Service", "rtcedge-transceiver")
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    paths = [p for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert {p["backend"]["service"]["name"] for p in paths} == {"rtcedge-transceiver"}
+    assert {p["backend"]["service"]["port"]["name"] for p in paths} == {"http"}
+
+    def routed(path: str) -> bool:
+        return any(_routes(path, p["path"], p["pathType"]) for p in paths)
+
+    for public in ("/whip", "/whip/0123abcd", "/", "/static/app.js", "/static/style.css"):
+        assert routed(public), public
+    for private in ("/metrics", "/healthz", "/readyz"):
+        assert not routed(private), private
+
+
+@pytest.mark.parametrize(
+    ("path", "path_type"),
+    [("/", "Prefix"), ("/metrics", "Exact"), ("/metrics/", "Prefix"), ("/met", "ImplementationSpecific"), ("/healthz", "Prefix")],
+)  # fmt: skip
+def test_an_ingress_path_that_would_publish_metrics_is_refused(path, path_type):
+    values = merge(
+        PUBLIC,
+        {"transceiver": {"ingress": {"enabled": True, "hosts": [
+            {"host": "whip.example.com", "paths": [{"path": path, "pathType": path_type}]}
+        ]}}},
+    )  # fmt: skip
+    with pytest.raises(helm.HelmError, match="would publish /metrics"):
+        render(values)
 
 
 def test_transceiver_id_from_pod_name(tmp_path: Path):
@@ -450,9 +537,15 @@ def test_only_relays_reach_the_transceivers_media_port(name):
     else:
         relay = workload(objects, "relay")
         assert rule["from"] == [{"podSelector": relay["spec"]["selector"]}]
-    # Nothing else opens UDP to the transceivers.
-    others = [r for r in policy["spec"]["ingress"] if r is not rule]
-    assert all(p["protocol"] == "TCP" and p["port"] == 8080 for r in others for p in r["ports"])
+    # Nothing else opens UDP to the transceivers; HTTP from httpFrom, metrics from metricsFrom.
+    others = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"] if r is not rule}
+    assert [r["ports"] for r in others.values()] == [
+        [{"protocol": "TCP", "port": 8080}],
+        [{"protocol": "TCP", "port": 9479}],
+    ]
+    np = values.get("networkPolicy", {})
+    assert others[8080].get("from") == (np.get("httpFrom") or None)
+    assert others[9479].get("from") == (np.get("metricsFrom") or None)
 
 
 def test_dashboard_configmap_carries_the_chart_dashboard():

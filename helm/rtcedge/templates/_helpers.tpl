@@ -82,13 +82,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- if eq .Values.ipFamily "IPv6" }}[::]{{ else }}0.0.0.0{{ end }}
 {{- end }}
 
-{{/* The relay's --internal: its pod IP (downward API, expanded by the kubelet) and port base. */}}
-{{- define "rtcedge.relay.internal" -}}
-{{- if eq .Values.ipFamily "IPv6" -}}
-[$(POD_IP)]:{{ int64 .Values.relay.internalPortBase }}
+{{/* HOST:PORT on the pod's own IP: $(POD_IP), set from the downward API's status.podIP and
+expanded by the kubelet (a pod on the node's network has the node's IP there). Call with
+(dict "ctx" $ "port" N). */}}
+{{- define "rtcedge.podAddress" -}}
+{{- if eq .ctx.Values.ipFamily "IPv6" -}}
+[$(POD_IP)]:{{ int64 .port }}
 {{- else -}}
-$(POD_IP):{{ int64 .Values.relay.internalPortBase }}
+$(POD_IP):{{ int64 .port }}
 {{- end }}
+{{- end }}
+
+{{/* The relay's --internal: its pod IP and port base. */}}
+{{- define "rtcedge.relay.internal" -}}
+{{- include "rtcedge.podAddress" (dict "ctx" . "port" .Values.relay.internalPortBase) }}
+{{- end }}
+
+{{/* The downward-API variable rtcedge.podAddress needs; list it before any env that uses it. */}}
+{{- define "rtcedge.podIpEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
 {{- end }}
 
 {{/* --transceiver-ids: the configured range, or every ordinal of the StatefulSet. */}}
@@ -221,4 +236,23 @@ capabilities:
   {{- with .caps }}
   add: {{ toJson . }}
   {{- end }}
+{{- end }}
+
+{{/* Refuse an Ingress path that would route /metrics (or /healthz, /readyz) to the HTTP port:
+Prefix "/" does, as does an ImplementationSpecific prefix of "/metrics" (most controllers match
+those as plain string prefixes). Call with one entry of transceiver.ingress.hosts[].paths. */}}
+{{- define "rtcedge.transceiver.ingressPathCheck" -}}
+{{- $path := .path }}
+{{- $covers := false }}
+{{- if eq .pathType "Prefix" }}
+{{- $p := trimSuffix "/" $path }}
+{{- $covers = or (eq $p "") (eq $p "/metrics") (eq $p "/healthz") (eq $p "/readyz") }}
+{{- else if eq .pathType "Exact" }}
+{{- $covers = has (trimSuffix "/" $path) (list "/metrics" "/healthz" "/readyz") }}
+{{- else }}
+{{- $covers = or (hasPrefix $path "/metrics") (hasPrefix $path "/healthz") (hasPrefix $path "/readyz") }}
+{{- end }}
+{{- if $covers }}
+{{- fail (printf "transceiver.ingress: path %s (%s) would publish /metrics, /healthz or /readyz; route only the WHIP and page paths: /whip (Prefix), / (Exact), /static (Prefix), the defaults" $path .pathType) }}
+{{- end }}
 {{- end }}

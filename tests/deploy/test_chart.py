@@ -197,9 +197,7 @@ def test_host_network_relays_are_the_only_senders_the_transceivers_trust():
     values = ci_values("hostnetwork")
     assert not values.get("transceiver", {}).get("relayNetworks")
     args = container(workload(render(values), "transceiver"))["args"]
-    assert [a for a in args if a.startswith("--relay-network")] == [
-        "--relay-network=192.0.2.0/24"
-    ]
+    assert [a for a in args if a.startswith("--relay-network")] == ["--relay-network=192.0.2.0/24"]
     both = merge(values, {"transceiver": {"relayNetworks": ["192.0.2.0/24", "10.244.0.0/16"]}})
     args = container(workload(render(both), "transceiver"))["args"]
     assert [a for a in args if a.startswith("--relay-network")] == [
@@ -208,18 +206,34 @@ def test_host_network_relays_are_the_only_senders_the_transceivers_trust():
     ]
 
 
+NO_RELAY_NETWORKS = {"transceiver": {"relayNetworks": []}}
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
         # Relays are pods: their pod CIDR must be named.
-        ({"transceiver": {"relayNetworks": []}}, "transceiver.relayNetworks is required in relay.mode=loadBalancer"),
-        ({"relay": {"mode": "hostPort"}, "transceiver": {"relayNetworks": []}}, "transceiver.relayNetworks is required in relay.mode=hostPort"),
+        (NO_RELAY_NETWORKS, "transceiver.relayNetworks is required in relay.mode=loadBalancer"),
+        (
+            merge(NO_RELAY_NETWORKS, {"relay": {"mode": "hostPort"}}),
+            "transceiver.relayNetworks is required in relay.mode=hostPort",
+        ),
         # hostNetwork without a NetworkPolicy (the schema asks for the node CIDRs only with one).
-        ({"relay": {"mode": "hostNetwork"}, "transceiver": {"relayNetworks": []}, "networkPolicy": {"enabled": False}}, "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in relay.mode=hostNetwork"),
+        (
+            merge(
+                NO_RELAY_NETWORKS,
+                {"relay": {"mode": "hostNetwork"}, "networkPolicy": {"enabled": False}},
+            ),
+            "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in "
+            "relay.mode=hostNetwork",
+        ),
         ({"transceiver": {"relayNetworks": ["0.0.0.0/0"]}}, "0.0.0.0/0 is every address"),
-        ({"ipFamily": "IPv6", "transceiver": {"relayNetworks": ["::/0"]}}, "::/0 is every address"),
+        (
+            {"ipFamily": "IPv6", "transceiver": {"relayNetworks": ["::/0"]}},
+            "::/0 is every address",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_release_whose_transceivers_trust_any_sender_is_refused(override, message):
     """Finding 6: no rendered chart lets the media port take encapsulated datagrams from anyone."""
     with pytest.raises(helm.HelmError, match=re.escape(message)):
@@ -248,9 +262,11 @@ def test_metrics_listen_on_the_pod_ip_and_probes_still_reach_them(name, monkeypa
     assert ports["metrics"] == {"name": "metrics", "containerPort": 9479, "protocol": "TCP"}
     assert not any("metrics" in a for a in container(trx)["args"])
     # Once the transceiver knows --metrics, its parser reads it from RTCEDGE_METRICS.
-    params = transceiver_cli.main.commands["serve"].make_context(
-        "serve", ["--id", "1", *_expand(container(trx)["args"], env)]
-    ).params
+    params = (
+        transceiver_cli.main.commands["serve"]
+        .make_context("serve", ["--id", "1", *_expand(container(trx)["args"], env)])
+        .params
+    )
     if "metrics" in params:
         assert params["metrics"] == wanted
 
@@ -299,8 +315,14 @@ def test_the_ingress_routes_whip_and_the_page_never_metrics():
 
 @pytest.mark.parametrize(
     ("path", "path_type"),
-    [("/", "Prefix"), ("/metrics", "Exact"), ("/metrics/", "Prefix"), ("/met", "ImplementationSpecific"), ("/healthz", "Prefix")],
-)  # fmt: skip
+    [
+        ("/", "Prefix"),
+        ("/metrics", "Exact"),
+        ("/metrics/", "Prefix"),
+        ("/met", "ImplementationSpecific"),
+        ("/healthz", "Prefix"),
+    ],
+)
 def test_an_ingress_path_that_would_publish_metrics_is_refused(path, path_type):
     values = merge(
         PUBLIC,
@@ -353,9 +375,11 @@ def test_deny_and_allow_networks_reach_the_relay_only_when_set(monkeypatch):
     assert env["RTCEDGE_DENY_NETWORKS"] == "198.18.0.0/15,2001:db8::/32"
     assert env["RTCEDGE_ALLOW_NETWORKS"] == "10.8.0.0/16"
     # Once the relay knows the options, its parser reads them from there.
-    params = relay_cli.main.commands["serve"].make_context(
-        "serve", _expand(container(relay)["args"], env)
-    ).params
+    params = (
+        relay_cli.main.commands["serve"]
+        .make_context("serve", _expand(container(relay)["args"], env))
+        .params
+    )
     for option, wanted in (("deny_networks", deny), ("allow_networks", allow)):
         if option in params:
             given = [n for v in params[option] for n in str(v).replace(",", " ").split()]

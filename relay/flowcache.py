@@ -197,6 +197,10 @@ class RedisFlowCache:
             socket_connect_timeout=max(self.timeout_s, 0.2),
             health_check_interval=0,
             retry_on_timeout=False,
+            # No retries inside redis-py (from 6.0 it retries connection errors, wrong passwords
+            # included, with seconds of backoff): this thread backs off on its own, and a failed
+            # batch must fail fast and be counted.
+            retry=None,
             **self.auth.connect_kwargs(),
         )
         client.ping()  # connect now, not on the first lookup a recovering relay makes

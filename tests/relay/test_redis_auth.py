@@ -65,7 +65,7 @@ class AuthRedisServer(RedisServer):
 
     def client(self) -> redis.Redis:
         extra = {"ssl_ca_certs": str(self.tls["ca"])} if self.tls else {}
-        return redis.Redis.from_url(self.url, password=self.password, **extra)
+        return redis.Redis.from_url(self.url, password=self.password, retry=None, **extra)
 
     def _answers(self) -> bool:
         try:

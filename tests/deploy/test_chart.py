@@ -513,29 +513,126 @@ def test_a_given_keyring_that_is_not_one_is_refused(content):
 
 
 @pytest.mark.parametrize(
-    ("redis", "url"),
+    ("redis", "url", "password_secret"),
     [
-        ({}, None),
-        ({"enabled": True}, "redis://rtcedge-redis.voice.svc.cluster.local:6379/0"),
-        ({"url": "redis://cache:6379/1"}, "redis://cache:6379/1"),
+        ({}, None, None),
+        (
+            {"enabled": True},
+            "redis://rtcedge-redis.voice.svc.cluster.local:6379/0",
+            "rtcedge-redis",  # generated
+        ),
+        (
+            {"enabled": True, "auth": {"existingSecret": "mine"}},
+            "redis://rtcedge-redis.voice.svc.cluster.local:6379/0",
+            "mine",
+        ),
+        ({"url": "redis://cache:6379/1"}, "redis://cache:6379/1", None),
+        (
+            {"url": "redis://cache:6379/1", "auth": {"existingSecret": "pw"}},
+            "redis://cache:6379/1",
+            "pw",
+        ),
     ],
 )
-def test_redis_reaches_the_relay_only_as_rtcedge_redis_url(redis, url):
+def test_redis_reaches_the_relay_only_through_its_environment(redis, url, password_secret):
     objects = render(merge(PUBLIC, {"redis": redis}))
     env = env_of(workload(objects, "relay"))
     assert env.get("RTCEDGE_REDIS_URL", {}).get("value") == url
+    if password_secret is None:
+        assert "RTCEDGE_REDIS_PASSWORD" not in env
+    else:  # a reference to a Secret, never a value in the manifest
+        assert env["RTCEDGE_REDIS_PASSWORD"] == {
+            "name": "RTCEDGE_REDIS_PASSWORD",
+            "valueFrom": {"secretKeyRef": {"name": password_secret, "key": "password"}},
+        }
     in_chart = bool(redis.get("enabled"))
     assert bool(find(objects, "Deployment", "rtcedge-redis")) == in_chart
     assert bool(find(objects, "Service", "rtcedge-redis")) == in_chart
     assert bool(find(objects, "NetworkPolicy", "rtcedge-redis")) == in_chart
+    generated = find(objects, "Secret", "rtcedge-redis")
+    assert bool(generated) == (password_secret == "rtcedge-redis")
     if in_chart:
-        redis_pod = workload(objects, "redis")["spec"]["template"]["spec"]
-        assert "--save" in redis_pod["containers"][0]["args"]  # no persistence: soft state
+        redis_pod = workload(objects, "redis")
+        c = container(redis_pod)
+        assert "--save" in c["args"]  # no persistence: soft state
+        # redis-server takes requirepass from the same Secret, on stdin, not its command line.
+        assert env_of(redis_pod)["REDISCLI_AUTH"]["valueFrom"]["secretKeyRef"] == {
+            "name": password_secret,
+            "key": "password",
+        }
+        assert not any("requirepass" in a for a in c["args"])
+        assert c["readinessProbe"]["exec"]["command"][:2] == ["redis-cli", "-e"]
+    if generated:
+        password = base64.b64decode(generated[0]["data"]["password"]).decode()
+        assert len(password) == 32 and password.isalnum()
 
 
-def test_two_redis_sources_are_refused():
-    with pytest.raises(helm.HelmError, match="only one of redis"):
-        render(merge(PUBLIC, {"redis": {"enabled": True, "url": "redis://x:6379/0"}}))
+def test_redis_over_tls_mounts_the_ca_for_the_relay(monkeypatch):
+    values = ci_values("ipv6-external-redis")
+    relay = workload(render(values), "relay")
+    env = _resolve_env(relay, SAMPLE_POD_IP["IPv6"], monkeypatch)
+    assert env["RTCEDGE_REDIS_CA_FILE"] == "/etc/rtcedge/redis-ca/ca.crt"
+    pod = relay["spec"]["template"]["spec"]
+    assert {"name": "redis-ca", "secret": {"secretName": "redis-ca", "defaultMode": 0o444}} in (
+        pod["volumes"]
+    )
+    assert {"name": "redis-ca", "mountPath": "/etc/rtcedge/redis-ca", "readOnly": True} in (
+        container(relay)["volumeMounts"]
+    )
+    ctx = relay_cli.main.commands["serve"].make_context(
+        "serve", _expand(container(relay)["args"], env)
+    )
+    config = relay_cli.build_config(ctx.params)
+    assert config.redis_url == "rediss://redis.cache.svc.cluster.local:6380/0"
+    assert config.redis_auth.ca_file == "/etc/rtcedge/redis-ca/ca.crt"
+    assert config.redis_auth.password == "from-a-secret"  # RTCEDGE_REDIS_PASSWORD, a secretKeyRef
+    on_config_map = merge(values, {"redis": {"tls": {"caSecret": "", "caConfigMap": "ca"}}})
+    pod = workload(render(on_config_map), "relay")["spec"]["template"]["spec"]
+    assert {"name": "redis-ca", "configMap": {"name": "ca"}} in pod["volumes"]
+
+
+@pytest.mark.parametrize(
+    ("redis", "message"),
+    [
+        ({"enabled": True, "url": "redis://x:6379/0"}, "only one of redis"),
+        ({"url": "redis://:hunter2@cache:6379/0"}, "must not carry a password"),
+        ({"url": "rediss://user:hunter2@cache:6380/0"}, "must not carry a password"),
+        ({"url": "redis://cache:6379/0", "tls": {"caSecret": "ca"}}, "need a rediss://"),
+        ({"enabled": True, "tls": {"caSecret": "ca"}}, "the in-chart Redis has no TLS"),
+        (
+            {"url": "rediss://c:6380/0", "tls": {"caSecret": "a", "caConfigMap": "b"}},
+            "not both",
+        ),
+        ({"auth": {"existingSecret": "pw"}}, "no Redis is"),
+        ({"tls": {"caSecret": "ca"}}, "no Redis is"),
+    ],
+)
+def test_redis_settings_that_cannot_work_or_would_show_a_secret_are_refused(redis, message):
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(merge(PUBLIC, {"redis": redis}))
+
+
+def test_a_user_name_without_a_password_may_stay_in_the_url():
+    values = merge(PUBLIC, {"redis": {"url": "redis://relay@cache:6379/0"}})
+    assert env_of(workload(render(values), "relay"))["RTCEDGE_REDIS_URL"]["value"] == (
+        "redis://relay@cache:6379/0"
+    )
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_no_secret_is_rendered_in_plain_text(name):
+    """Passwords and keys reach pods only as Secret references: no env value or argument holds
+    a password, and no Redis URL in the manifest carries one."""
+    for obj in render(ci_values(name)):
+        if obj["kind"] not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        for entry in env_of(obj).values():
+            if any(w in entry["name"] for w in ("PASSWORD", "AUTH", "TOKEN", "KEYRING")):
+                assert "value" not in entry, entry
+        c = container(obj)
+        assert not any(
+            w in a for a in c.get("args", []) for w in ("password", "requirepass", "keyring-json")
+        )
 
 
 @pytest.mark.parametrize("name", CI_NAMES)

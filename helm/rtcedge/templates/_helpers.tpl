@@ -163,27 +163,79 @@ when asked for (SO_RCVBUFFORCE). Empty for the defaults. */}}
 {{- end }}
 {{- end }}
 
-{{/* The relays' Redis URL, as an env entry (RTCEDGE_REDIS_URL), or nothing. */}}
-{{- define "rtcedge.relay.redisEnv" -}}
+{{/* The Secret holding the Redis password, or "" when the relays send none. */}}
+{{- define "rtcedge.redis.passwordSecret" -}}
+{{- if .Values.redis.auth.existingSecret }}
+{{- .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
+{{- printf "%s-redis" (include "rtcedge.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.redis.caFile" -}}
+/etc/rtcedge/redis-ca/{{ .Values.redis.tls.caKey }}
+{{- end }}
+
+{{/* Refuses Redis settings that cannot work or would show a secret; call once. */}}
+{{- define "rtcedge.redis.check" -}}
+{{- $rd := .Values.redis }}
 {{- $sources := 0 }}
-{{- if .Values.redis.enabled }}{{ $sources = add1 $sources }}{{ end }}
-{{- if .Values.redis.url }}{{ $sources = add1 $sources }}{{ end }}
-{{- if .Values.redis.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.enabled }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.url }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
 {{- if gt $sources 1 }}
 {{- fail "redis: set only one of redis.enabled, redis.url and redis.existingSecret" }}
 {{- end }}
-{{- if .Values.redis.enabled }}
+{{- if and $rd.url (regexMatch "^rediss?://[^/@]*:[^/@]*@" $rd.url) }}
+{{- fail "redis.url must not carry a password (it would be in the manifest in plain text): put the password in a Secret named by redis.auth.existingSecret, or the whole URL in redis.existingSecret" }}
+{{- end }}
+{{- if and $rd.auth.existingSecret (eq $sources 0) }}
+{{- fail "redis.auth.existingSecret is set but no Redis is: set redis.enabled, redis.url or redis.existingSecret" }}
+{{- end }}
+{{- if and $rd.tls.caSecret $rd.tls.caConfigMap }}
+{{- fail "redis.tls: set caSecret or caConfigMap, not both" }}
+{{- end }}
+{{- if or $rd.tls.caSecret $rd.tls.caConfigMap }}
+{{- if $rd.enabled }}
+{{- fail "redis.tls: the in-chart Redis has no TLS (it is reached only by relays, inside the cluster); the CA is for an external rediss:// Redis" }}
+{{- end }}
+{{- if and $rd.url (not (hasPrefix "rediss://" $rd.url)) }}
+{{- fail "redis.tls.caSecret/caConfigMap need a rediss:// (TLS) redis.url" }}
+{{- end }}
+{{- if eq $sources 0 }}
+{{- fail "redis.tls is set but no Redis is: set redis.url or redis.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The relays' Redis settings as env entries: RTCEDGE_REDIS_URL, RTCEDGE_REDIS_PASSWORD (from a
+Secret, never a value), RTCEDGE_REDIS_CA_FILE; nothing without Redis. */}}
+{{- define "rtcedge.relay.redisEnv" -}}
+{{- include "rtcedge.redis.check" . }}
+{{- $rd := .Values.redis }}
+{{- if $rd.enabled }}
 - name: RTCEDGE_REDIS_URL
-  value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "rtcedge.redis.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) | quote }}
-{{- else if .Values.redis.url }}
+  value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "rtcedge.redis.fullname" .) .Release.Namespace .Values.clusterDomain (int $rd.port) | quote }}
+{{- else if $rd.url }}
 - name: RTCEDGE_REDIS_URL
-  value: {{ .Values.redis.url | quote }}
-{{- else if .Values.redis.existingSecret }}
+  value: {{ $rd.url | quote }}
+{{- else if $rd.existingSecret }}
 - name: RTCEDGE_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.redis.existingSecret }}
-      key: {{ .Values.redis.secretKey }}
+      name: {{ $rd.existingSecret }}
+      key: {{ $rd.secretKey }}
+{{- end }}
+{{- with include "rtcedge.redis.passwordSecret" . }}
+- name: RTCEDGE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $rd.auth.secretKey }}
+{{- end }}
+{{- if or $rd.tls.caSecret $rd.tls.caConfigMap }}
+- name: RTCEDGE_REDIS_CA_FILE
+  value: {{ include "rtcedge.redis.caFile" . | quote }}
 {{- end }}
 {{- end }}
 

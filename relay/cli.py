@@ -118,6 +118,15 @@ def main() -> None:
     help="Seconds between background re-resolutions of the DNS template.",
 )
 @env_option(
+    "--dns-grace",
+    env="DNS_GRACE",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a transceiver whose name stopped resolving stays allowlisted (DNS blips must "
+    "not drop calls); then it is removed. At least twice --dns-interval.",
+)
+@env_option(
     "--max-pending-flows",
     env="MAX_PENDING_FLOWS",
     type=int,
@@ -278,6 +287,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         transceiver_dns=opts["transceiver_dns"],
         transceiver_ids=parse_id_range("--transceiver-ids", str(ids)) if ids else (),
         dns_interval_s=float(opts["dns_interval"]),
+        dns_grace_s=float(opts["dns_grace"]),
         limits=FlowLimits(
             max_pending_flows=int(opts["max_pending_flows"]),
             max_pending_per_ufrag=int(opts["max_pending_per_ufrag"]),

@@ -111,6 +111,7 @@ class RelayConfig:
     transceiver_dns: str | None = None
     transceiver_ids: tuple[int, ...] = ()
     dns_interval_s: float = 10.0
+    dns_grace_s: float = 60.0
     limits: FlowLimits = field(default_factory=FlowLimits)
     max_hint_age_s: int = 4 * 3600
     metrics: tuple[str, int] | None = ("127.0.0.1", 9478)
@@ -156,6 +157,12 @@ class RelayConfig:
             parse_host_port("--transceiver-dns", self.transceiver_dns.replace("{id}", "0"))
         if self.dns_interval_s <= 0:
             raise ConfigError("--dns-interval", "must be > 0")
+        if self.dns_grace_s < 2 * self.dns_interval_s:
+            raise ConfigError(
+                "--dns-grace",
+                f"must be at least twice --dns-interval ({self.dns_interval_s:g} s): one failed"
+                " lookup must not remove a transceiver and drop its calls",
+            )
         if not 1 <= self.batch_size <= 256:
             raise ConfigError("--batch", f"must be 1..256, got {self.batch_size}")
         lim = self.limits

@@ -154,6 +154,7 @@ def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
         "rtcedge-transceiver-{id}.rtcedge-transceiver-headless.voice.svc.cluster.local:5000"
     )
     assert config.max_hint_age_s == 14400 + 60  # the maximum session age plus a minute
+    assert (config.dns_interval_s, config.dns_grace_s) == (10, 60)
     # Redis is wired through the environment only: never as a flag the relay may not know.
     assert not any(a.startswith("--redis") for a in args)
 
@@ -390,6 +391,14 @@ def test_deny_and_allow_networks_reach_the_relay_only_when_set(monkeypatch):
 def test_deny_and_allow_networks_are_cidrs(where):
     with pytest.raises(helm.HelmValuesError, match=f"/relay/{where}/0"):
         render(merge(PUBLIC, {"relay": {where: ["10.0.0.1"]}}))
+
+
+def test_dns_grace_must_cover_more_than_one_lookup():
+    values = merge(PUBLIC, {"relay": {"dnsIntervalSeconds": 40}})
+    with pytest.raises(helm.HelmError, match=r"must be at least twice relay\.dnsIntervalSeconds"):
+        render(values)
+    args = container(workload(render(merge(values, {"relay": {"dnsGraceSeconds": 90}})), "relay"))
+    assert "--dns-grace=90" in args["args"]
 
 
 def test_relay_ids_follow_transceiver_replicas():

@@ -8,6 +8,7 @@ supervisor, never in a worker; workers only ever see address literals.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from relay.config import ConfigError, RelayConfig, parse_host_port
 from relay.control import RoutingConfig
 
 Resolver = Callable[[str, int, int], str]
+log = logging.getLogger("rtcedge.relay")
 
 
 def resolve_literal(host: str, port: int, family: int) -> str:
@@ -29,16 +31,24 @@ def resolve_literal(host: str, port: int, family: int) -> str:
 
 @dataclass
 class AllowlistResolver:
-    """Keeps the last good address of every transceiver; a failed lookup keeps the old one.
+    """Resolves the allowlist's names; keeps an address only while its name keeps resolving.
 
-    Keeping the last known address on a transient DNS failure avoids dropping live calls when the
-    cluster DNS hiccups; the entry still only ever holds what DNS or the operator said.
+    A failed lookup keeps the last good address for ``config.dns_grace_s`` after the name last
+    resolved: cluster DNS blips (a CoreDNS restart or rollout, a node-local cache reloading,
+    timeouts under load) must not drop calls, and removing a transceiver drops every call it
+    carries (their packets become ``unknown_transceiver``). Past the grace the entry is removed:
+    a name that stays unresolvable is a pod that is gone (scaled down, deleted), and its IP goes
+    back to the pool, where another pod may get it; the relay would go on sending clients' media
+    to that pod and taking flows from it. So an address outlives its name by at most the grace
+    plus one ``--dns-interval``. Sans-I/O: ``now`` is passed in, the resolver is injected.
     """
 
     config: RelayConfig
     resolver: Resolver = resolve_literal
     known: dict[int, tuple[str, int]] = field(default_factory=dict)
+    resolved_at_s: dict[int, float] = field(default_factory=dict)  # last good answer, per id
     errors: int = 0
+    expired: int = 0
 
     def candidates(self) -> dict[int, tuple[str, int]]:
         names = dict(self.config.transceivers)
@@ -50,13 +60,23 @@ class AllowlistResolver:
                 )
         return names
 
-    def refresh(self) -> dict[int, tuple[str, int]]:
+    def refresh(self, now: float) -> dict[int, tuple[str, int]]:
         family = self.config.internal_family
         for tid, (host, port) in self.candidates().items():
             try:
                 self.known[tid] = (self.resolver(host, port, family), port)
+                self.resolved_at_s[tid] = now
             except OSError:
                 self.errors += 1
+                if tid in self.known and now - self.resolved_at_s[tid] > self.config.dns_grace_s:
+                    del self.known[tid], self.resolved_at_s[tid]
+                    self.expired += 1
+                    log.warning(
+                        "transceiver %d (%s) unresolvable for over %.0f s: no longer allowlisted",
+                        tid,
+                        host,
+                        self.config.dns_grace_s,
+                    )
         return dict(self.known)
 
 
@@ -73,10 +93,10 @@ def load_keyring(path: str | None, inline_json: str | None) -> Keyring:
         raise ConfigError(option, f"cannot load keyring: {exc}") from exc
 
 
-def load_routing(config: RelayConfig, resolver: AllowlistResolver) -> RoutingConfig:
+def load_routing(config: RelayConfig, resolver: AllowlistResolver, now: float) -> RoutingConfig:
     """Everything workers route by; raises ConfigError when a static entry cannot be resolved."""
     keyring = load_keyring(config.keyring_path, config.keyring_json)
-    transceivers = resolver.refresh()
+    transceivers = resolver.refresh(now)
     missing = sorted(set(config.transceivers) - set(transceivers))
     if missing:
         raise ConfigError("--transceiver", f"cannot resolve transceiver ids {missing}")

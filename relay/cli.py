@@ -14,7 +14,9 @@ from relay.config import (
     parse_host_port,
     parse_id_range,
     parse_transceiver,
+    redis_password,
 )
+from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
 
 _defaults = FlowLimits()
@@ -116,6 +118,15 @@ def main() -> None:
     help="Seconds between background re-resolutions of the DNS template.",
 )
 @env_option(
+    "--dns-grace",
+    env="DNS_GRACE",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a transceiver whose name stopped resolving stays allowlisted (DNS blips must "
+    "not drop calls); then it is removed. At least twice --dns-interval.",
+)
+@env_option(
     "--max-pending-flows",
     env="MAX_PENDING_FLOWS",
     type=int,
@@ -201,6 +212,21 @@ def main() -> None:
     help="Optional Redis for faster recovery after a relay restart, e.g. redis://redis:6379/0.",
 )
 @env_option(
+    "--redis-password-file",
+    env="REDIS_PASSWORD_FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File holding the Redis password; or the password itself in RTCEDGE_REDIS_PASSWORD "
+    "(environment only: never give a secret on the command line).",
+)
+@env_option(
+    "--redis-ca-file",
+    env="REDIS_CA_FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="CA bundle that signed a rediss:// server's certificate [default: the system CAs].",
+)
+@env_option(
     "--redis-timeout-ms",
     env="REDIS_TIMEOUT_MS",
     type=int,
@@ -261,6 +287,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         transceiver_dns=opts["transceiver_dns"],
         transceiver_ids=parse_id_range("--transceiver-ids", str(ids)) if ids else (),
         dns_interval_s=float(opts["dns_interval"]),
+        dns_grace_s=float(opts["dns_grace"]),
         limits=FlowLimits(
             max_pending_flows=int(opts["max_pending_flows"]),
             max_pending_per_ufrag=int(opts["max_pending_per_ufrag"]),
@@ -274,6 +301,10 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         batch_size=int(opts["batch"]),
         socket_buffer_bytes=int(opts["socket_buffer"]),
         redis_url=opts["redis_url"],
+        redis_auth=RedisAuth(
+            password=redis_password(opts["redis_password_file"], os.environ),
+            ca_file=opts["redis_ca_file"],
+        ),
         redis_timeout_ms=int(opts["redis_timeout_ms"]),
         redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
     ).validate()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
 
 
@@ -75,6 +77,26 @@ def address_family(option: str, host: str) -> int:
         raise ConfigError(option, f"{host!r} is not an IP address literal") from None
 
 
+def redis_password(path: str | None, environ: Mapping[str, str]) -> str | None:
+    """The Redis password from ``--redis-password-file`` or ``RTCEDGE_REDIS_PASSWORD`` (the
+    environment only: a secret on a command line is readable by every local user)."""
+    from_env = environ.get("RTCEDGE_REDIS_PASSWORD") or None
+    if not path:
+        return from_env
+    if from_env:
+        raise ConfigError(
+            "--redis-password-file", "give the file or RTCEDGE_REDIS_PASSWORD, not both"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            password = f.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--redis-password-file", f"cannot read {path}: {exc}") from None
+    if not password:
+        raise ConfigError("--redis-password-file", f"{path} is empty")
+    return password
+
+
 @dataclass(frozen=True)
 class RelayConfig:
     listen: tuple[str, int]
@@ -89,6 +111,7 @@ class RelayConfig:
     transceiver_dns: str | None = None
     transceiver_ids: tuple[int, ...] = ()
     dns_interval_s: float = 10.0
+    dns_grace_s: float = 60.0
     limits: FlowLimits = field(default_factory=FlowLimits)
     max_hint_age_s: int = 4 * 3600
     metrics: tuple[str, int] | None = ("127.0.0.1", 9478)
@@ -96,6 +119,7 @@ class RelayConfig:
     socket_buffer_bytes: int = 4 << 20
     restart_backoff_max_s: float = 5.0
     redis_url: str | None = None
+    redis_auth: RedisAuth = field(default_factory=RedisAuth)
     redis_timeout_ms: int = 50
     redis_lookups_per_s: int = 200
 
@@ -133,6 +157,12 @@ class RelayConfig:
             parse_host_port("--transceiver-dns", self.transceiver_dns.replace("{id}", "0"))
         if self.dns_interval_s <= 0:
             raise ConfigError("--dns-interval", "must be > 0")
+        if self.dns_grace_s < 2 * self.dns_interval_s:
+            raise ConfigError(
+                "--dns-grace",
+                f"must be at least twice --dns-interval ({self.dns_interval_s:g} s): one failed"
+                " lookup must not remove a transceiver and drop its calls",
+            )
         if not 1 <= self.batch_size <= 256:
             raise ConfigError("--batch", f"must be 1..256, got {self.batch_size}")
         lim = self.limits
@@ -151,6 +181,8 @@ class RelayConfig:
             ("redis://", "rediss://", "unix://")
         ):
             raise ConfigError("--redis-url", "must start with redis://, rediss:// or unix://")
+        if self.redis_auth.ca_file and not (self.redis_url or "").startswith("rediss://"):
+            raise ConfigError("--redis-ca-file", "needs a rediss:// (TLS) --redis-url")
         if self.redis_timeout_ms <= 0 or self.redis_lookups_per_s <= 0:
             raise ConfigError("--redis-timeout-ms", "Redis timeout and lookup rate must be > 0")
         if lim.idle_ttl_s < 4:

@@ -13,6 +13,11 @@ own through a queue and picks results up between batches.
   reconnects with exponential backoff; forwarding never waits for it.
 
 The rate limiter and the negative cache are plain objects with ``now`` passed in.
+
+Credentials (``RedisAuth``): the password comes from the environment or a file (never a command
+line, never a URL in a manifest) and is never logged: it is kept out of ``repr`` and scrubbed from
+every error message before that is logged. ``rediss://`` URLs verify the server's certificate
+(against ``ca_file`` when given, else the system CAs) and its name.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import redis
 
@@ -84,6 +90,30 @@ class NegativeCache:
         return True
 
 
+@dataclass(frozen=True)
+class RedisAuth:
+    """How the relay authenticates to Redis (``requirepass``/ACL password) and checks its TLS
+    certificate. A password in the URL, if any (a URL from a Secret), wins over ``password``."""
+
+    password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+
+    def connect_kwargs(self) -> dict[str, str]:
+        kwargs = {}
+        if self.password:
+            kwargs["password"] = self.password
+        if self.ca_file:
+            kwargs["ssl_ca_certs"] = self.ca_file
+        return kwargs
+
+    def scrub(self, text: str, url: str) -> str:
+        """``text`` with every secret the relay holds replaced, for log lines."""
+        for secret in (self.password, urlsplit(url).password):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+
 @dataclass
 class CacheStats:
     writes: int = 0
@@ -105,8 +135,10 @@ class RedisFlowCache:
         timeout_s: float = 0.05,
         lookups_per_s: float = 200.0,
         negative_ttl_s: float = 5.0,
+        auth: RedisAuth = RedisAuth(),
     ) -> None:
         self.url = url
+        self.auth = auth
         self.cluster = cluster
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
@@ -165,9 +197,17 @@ class RedisFlowCache:
             socket_connect_timeout=max(self.timeout_s, 0.2),
             health_check_interval=0,
             retry_on_timeout=False,
+            # No retries inside redis-py (from 6.0 it retries connection errors, wrong passwords
+            # included, with seconds of backoff): this thread backs off on its own, and a failed
+            # batch must fail fast and be counted.
+            retry=None,
+            **self.auth.connect_kwargs(),
         )
         client.ping()  # connect now, not on the first lookup a recovering relay makes
         return client
+
+    def _safe(self, exc: BaseException) -> str:
+        return self.auth.scrub(f"{type(exc).__name__}: {exc}", self.url)
 
     def _run(self) -> None:
         client = None
@@ -176,7 +216,7 @@ class RedisFlowCache:
             client = self._connect()
         except Exception as exc:  # Redis down at start: the loop below reconnects
             self.stats.errors += 1
-            log.warning("redis flow cache unavailable at start (%s)", exc)
+            log.warning("redis flow cache unavailable at start (%s)", self._safe(exc))
         while not self._stop:
             batch = [self._requests.get()]
             while len(batch) < BATCH:
@@ -204,7 +244,11 @@ class RedisFlowCache:
                 for op, key, _name, _tid in batch:
                     if op == "get":
                         self.results.append((key, None))
-                log.warning("redis flow cache unavailable (%s); retrying in %.1fs", exc, backoff_s)
+                log.warning(
+                    "redis flow cache unavailable (%s); retrying in %.1fs",
+                    self._safe(exc),
+                    backoff_s,
+                )
                 client = None
                 time.sleep(backoff_s)
                 backoff_s = min(5.0, backoff_s * 2)

@@ -137,7 +137,7 @@ class Supervisor:
     def __init__(self, config: RelayConfig) -> None:
         self.config = config.validate()
         self.resolver = AllowlistResolver(config)
-        self.routing = load_routing(config, self.resolver)
+        self.routing = load_routing(config, self.resolver, time.monotonic())
         self.sockets = open_sockets(config)
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
@@ -276,7 +276,7 @@ class Supervisor:
         """SIGHUP: re-read the keyring and re-resolve the allowlist; keep the old on failure."""
         with self._lock:
             try:
-                routing = load_routing(self.config, self.resolver)
+                routing = load_routing(self.config, self.resolver, time.monotonic())
             except ConfigError as exc:
                 self.state.reload_errors += 1
                 log.error("reload failed, keeping the previous configuration: %s", exc)
@@ -291,7 +291,7 @@ class Supervisor:
         while not self._stop:
             time.sleep(self.config.dns_interval_s)
             with self._lock:
-                transceivers = self.resolver.refresh()
+                transceivers = self.resolver.refresh(time.monotonic())
                 if transceivers != self.routing.transceivers:
                     self.routing = RoutingConfig(self.routing.keyring, transceivers)
                     self._publish(self.routing)

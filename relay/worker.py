@@ -523,6 +523,7 @@ class Worker:
                 ttl_s=2 * self.config.limits.idle_ttl_s,
                 timeout_s=self.config.redis_timeout_ms / 1000,
                 lookups_per_s=self.config.redis_lookups_per_s,
+                auth=self.config.redis_auth,
             ).start()
         self.tick(int(time.monotonic()))
         self.restore_journal()

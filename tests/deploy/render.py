@@ -24,8 +24,12 @@ CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 RELEASE = "rtcedge"
 NAMESPACE = "voice"
 MONITORING = "monitoring.coreos.com/v1"
-# A documentation address (RFC 5737): the one value a user must always set.
-PUBLIC = {"relay": {"publicAddress": "203.0.113.10:3478"}}
+# The values a user must always set: the relays' public address (a documentation address, RFC
+# 5737) and, relays being pods by default, the pod CIDR they send to the transceivers from.
+PUBLIC = {
+    "relay": {"publicAddress": "203.0.113.10:3478"},
+    "transceiver": {"relayNetworks": ["10.244.0.0/16"]},
+}
 
 
 def ci_values(name: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -95,10 +96,10 @@ def _resolve_env(obj, pod_ip: str, monkeypatch) -> dict[str, str]:
     """The container's environment with the downward API filled in as the kubelet would."""
     for key in [k for k in os.environ if k.startswith("RTCEDGE_")]:
         monkeypatch.delenv(key)
-    env = {}
+    env: dict[str, str] = {}
     for name, entry in env_of(obj).items():
         if "value" in entry:
-            env[name] = entry["value"]
+            env[name] = _expand([entry["value"]], env)[0]  # only variables defined before it
             continue
         ref = entry["valueFrom"]
         if "fieldRef" in ref:
@@ -144,7 +145,8 @@ def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
     assert config.listen[1] == values["relay"].get("port", 3478)
     assert config.listen[0] in ("0.0.0.0", "::")
     assert config.keyring_path == "/secrets/keyring.json"
-    assert config.metrics is not None and config.metrics[1] == 9478
+    # Metrics on the pod IP (the node's internal address on hostNetwork), never 0.0.0.0.
+    assert config.metrics == (SAMPLE_POD_IP[family], 9478)
     replicas = values.get("transceiver", {}).get("replicas", 2)
     wanted_ids = values["relay"].get("transceiverIds") or f"0-{replicas - 1}"
     assert ctx.params["transceiver_ids"] == wanted_ids
@@ -152,6 +154,7 @@ def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
         "rtcedge-transceiver-{id}.rtcedge-transceiver-headless.voice.svc.cluster.local:5000"
     )
     assert config.max_hint_age_s == 14400 + 60  # the maximum session age plus a minute
+    assert (config.dns_interval_s, config.dns_grace_s) == (10, 60)
     # Redis is wired through the environment only: never as a flag the relay may not know.
     assert not any(a.startswith("--redis") for a in args)
 
@@ -175,10 +178,161 @@ def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeyp
     assert wanted == values["relay"]["publicAddress"]
     assert config.media[1] == 5000 and config.http[1] == 8080
     assert config.keyring_path == "/secrets/keyring.json"
-    assert config.relay_networks == tuple(values.get("transceiver", {}).get("relayNetworks", ()))
+    assert config.relay_networks == relay_networks_of(values)
+    assert config.relay_networks, "never any source"
     spec = trx["spec"]["template"]["spec"]
     preStop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
     assert spec["terminationGracePeriodSeconds"] > config.drain_grace_s + preStop
+
+
+def relay_networks_of(values: dict) -> tuple[str, ...]:
+    """What the transceivers must trust: the relays' pod CIDRs, plus the nodes' on hostNetwork."""
+    nets = list(values.get("transceiver", {}).get("relayNetworks", ()))
+    if values["relay"].get("mode") == "hostNetwork":
+        nets = values.get("networkPolicy", {}).get("relayNodeCIDRs", []) + nets
+    return tuple(dict.fromkeys(nets))
+
+
+def test_host_network_relays_are_the_only_senders_the_transceivers_trust():
+    """Finding 6: the relay nodes' CIDRs (required for the NetworkPolicy) reach --relay-network."""
+    values = ci_values("hostnetwork")
+    assert not values.get("transceiver", {}).get("relayNetworks")
+    args = container(workload(render(values), "transceiver"))["args"]
+    assert [a for a in args if a.startswith("--relay-network")] == ["--relay-network=192.0.2.0/24"]
+    both = merge(values, {"transceiver": {"relayNetworks": ["192.0.2.0/24", "10.244.0.0/16"]}})
+    args = container(workload(render(both), "transceiver"))["args"]
+    assert [a for a in args if a.startswith("--relay-network")] == [
+        "--relay-network=192.0.2.0/24",
+        "--relay-network=10.244.0.0/16",
+    ]
+
+
+NO_RELAY_NETWORKS = {"transceiver": {"relayNetworks": []}}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # Relays are pods: their pod CIDR must be named.
+        (NO_RELAY_NETWORKS, "transceiver.relayNetworks is required in relay.mode=loadBalancer"),
+        (
+            merge(NO_RELAY_NETWORKS, {"relay": {"mode": "hostPort"}}),
+            "transceiver.relayNetworks is required in relay.mode=hostPort",
+        ),
+        # hostNetwork without a NetworkPolicy (the schema asks for the node CIDRs only with one).
+        (
+            merge(
+                NO_RELAY_NETWORKS,
+                {"relay": {"mode": "hostNetwork"}, "networkPolicy": {"enabled": False}},
+            ),
+            "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in "
+            "relay.mode=hostNetwork",
+        ),
+        ({"transceiver": {"relayNetworks": ["0.0.0.0/0"]}}, "0.0.0.0/0 is every address"),
+        (
+            {"ipFamily": "IPv6", "transceiver": {"relayNetworks": ["::/0"]}},
+            "::/0 is every address",
+        ),
+    ],
+)
+def test_a_release_whose_transceivers_trust_any_sender_is_refused(override, message):
+    """Finding 6: no rendered chart lets the media port take encapsulated datagrams from anyone."""
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(merge(PUBLIC, override))
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_metrics_listen_on_the_pod_ip_and_probes_still_reach_them(name, monkeypatch):
+    """Finding 8: relay and transceiver /metrics bound to the pod IP (status.podIP: the node's
+    own address for a hostNetwork pod), which is where the kubelet's probes connect."""
+    values = ci_values(name)
+    family = values.get("ipFamily", "IPv4")
+    pod_ip = SAMPLE_POD_IP[family]
+    objects = render(values)
+    for component in ("relay", "transceiver"):
+        obj = workload(objects, component)
+        c = container(obj)
+        assert env_of(obj)["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        for probe in (c["livenessProbe"], c["readinessProbe"]):
+            assert "host" not in probe["httpGet"]  # the kubelet connects to the pod IP
+    trx = workload(objects, "transceiver")
+    env = _resolve_env(trx, pod_ip, monkeypatch)
+    wanted = f"[{pod_ip}]:9479" if family == "IPv6" else f"{pod_ip}:9479"
+    assert env["RTCEDGE_METRICS"] == wanted
+    ports = {p["name"]: p for p in container(trx)["ports"]}
+    assert ports["metrics"] == {"name": "metrics", "containerPort": 9479, "protocol": "TCP"}
+    assert not any("metrics" in a for a in container(trx)["args"])
+    # Once the transceiver knows --metrics, its parser reads it from RTCEDGE_METRICS.
+    params = (
+        transceiver_cli.main.commands["serve"]
+        .make_context("serve", ["--id", "1", *_expand(container(trx)["args"], env)])
+        .params
+    )
+    if "metrics" in params:
+        assert params["metrics"] == wanted
+
+
+def test_scrapes_reach_the_transceivers_metrics_port_not_the_http_one():
+    objects = render(PUBLIC, api_versions=(MONITORING,))
+    monitor = one(objects, "ServiceMonitor", "rtcedge-transceiver")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    headless = one(objects, "Service", "rtcedge-transceiver-headless")
+    assert headless["metadata"]["labels"]["rtcedge.io/metrics"] == "true"
+    by_name = {p["name"]: p for p in headless["spec"]["ports"]}
+    assert by_name["metrics"] == {
+        "name": "metrics", "protocol": "TCP", "port": 9479, "targetPort": "metrics"
+    }  # fmt: skip
+
+
+def _routes(path: str, rule_path: str, path_type: str) -> bool:
+    """Does an Ingress path rule send ``path`` to its backend? Kubernetes' Prefix matches whole
+    path elements; ImplementationSpecific is taken as a string prefix (what nginx does)."""
+    if path_type == "Exact":
+        return path == rule_path
+    if path_type == "Prefix":
+        prefix = rule_path.rstrip("/")
+        return path == prefix or path.startswith(prefix + "/")
+    return path.startswith(rule_path)
+
+
+def test_the_ingress_routes_whip_and_the_page_never_metrics():
+    """Finding 8: the Ingress reaches only the HTTP port, and only its WHIP and page paths."""
+    objects = render(ci_values("hostport-redis"))
+    ingress = one(objects, "Ingress", "rtcedge-transceiver")
+    service = one(objects, "Service", "rtcedge-transceiver")
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    paths = [p for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert {p["backend"]["service"]["name"] for p in paths} == {"rtcedge-transceiver"}
+    assert {p["backend"]["service"]["port"]["name"] for p in paths} == {"http"}
+
+    def routed(path: str) -> bool:
+        return any(_routes(path, p["path"], p["pathType"]) for p in paths)
+
+    for public in ("/whip", "/whip/0123abcd", "/", "/static/app.js", "/static/style.css"):
+        assert routed(public), public
+    for private in ("/metrics", "/healthz", "/readyz"):
+        assert not routed(private), private
+
+
+@pytest.mark.parametrize(
+    ("path", "path_type"),
+    [
+        ("/", "Prefix"),
+        ("/metrics", "Exact"),
+        ("/metrics/", "Prefix"),
+        ("/met", "ImplementationSpecific"),
+        ("/healthz", "Prefix"),
+    ],
+)
+def test_an_ingress_path_that_would_publish_metrics_is_refused(path, path_type):
+    values = merge(
+        PUBLIC,
+        {"transceiver": {"ingress": {"enabled": True, "hosts": [
+            {"host": "whip.example.com", "paths": [{"path": path, "pathType": path_type}]}
+        ]}}},
+    )  # fmt: skip
+    with pytest.raises(helm.HelmError, match="would publish /metrics"):
+        render(values)
 
 
 def test_transceiver_id_from_pod_name(tmp_path: Path):
@@ -208,6 +362,43 @@ def test_pod_index_label_mode_is_refused_before_kubernetes_1_28():
     values = merge(PUBLIC, {"transceiver": {"idSource": "podIndexLabel"}})
     with pytest.raises(helm.HelmError, match=r"needs Kubernetes >= 1\.28"):
         render(values, kube_version="v1.27.9")
+
+
+def test_deny_and_allow_networks_reach_the_relay_only_when_set(monkeypatch):
+    """Finding 4: extra denied client networks and exceptions, as environment variables (so a
+    chart without them renders for any relay version); nothing when left empty."""
+    env = env_of(workload(render(PUBLIC), "relay"))
+    assert "RTCEDGE_DENY_NETWORKS" not in env and "RTCEDGE_ALLOW_NETWORKS" not in env
+    deny, allow = ["198.18.0.0/15", "2001:db8::/32"], ["10.8.0.0/16"]
+    values = merge(PUBLIC, {"relay": {"denyNetworks": deny, "allowNetworks": allow}})
+    relay = workload(render(values), "relay")
+    env = _resolve_env(relay, "10.1.2.3", monkeypatch)
+    assert env["RTCEDGE_DENY_NETWORKS"] == "198.18.0.0/15,2001:db8::/32"
+    assert env["RTCEDGE_ALLOW_NETWORKS"] == "10.8.0.0/16"
+    # Once the relay knows the options, its parser reads them from there.
+    params = (
+        relay_cli.main.commands["serve"]
+        .make_context("serve", _expand(container(relay)["args"], env))
+        .params
+    )
+    for option, wanted in (("deny_networks", deny), ("allow_networks", allow)):
+        if option in params:
+            given = [n for v in params[option] for n in str(v).replace(",", " ").split()]
+            assert given == wanted, option
+
+
+@pytest.mark.parametrize("where", ["denyNetworks", "allowNetworks"])
+def test_deny_and_allow_networks_are_cidrs(where):
+    with pytest.raises(helm.HelmValuesError, match=f"/relay/{where}/0"):
+        render(merge(PUBLIC, {"relay": {where: ["10.0.0.1"]}}))
+
+
+def test_dns_grace_must_cover_more_than_one_lookup():
+    values = merge(PUBLIC, {"relay": {"dnsIntervalSeconds": 40}})
+    with pytest.raises(helm.HelmError, match=r"must be at least twice relay\.dnsIntervalSeconds"):
+        render(values)
+    args = container(workload(render(merge(values, {"relay": {"dnsGraceSeconds": 90}})), "relay"))
+    assert "--dns-grace=90" in args["args"]
 
 
 def test_relay_ids_follow_transceiver_replicas():
@@ -331,29 +522,126 @@ def test_a_given_keyring_that_is_not_one_is_refused(content):
 
 
 @pytest.mark.parametrize(
-    ("redis", "url"),
+    ("redis", "url", "password_secret"),
     [
-        ({}, None),
-        ({"enabled": True}, "redis://rtcedge-redis.voice.svc.cluster.local:6379/0"),
-        ({"url": "redis://cache:6379/1"}, "redis://cache:6379/1"),
+        ({}, None, None),
+        (
+            {"enabled": True},
+            "redis://rtcedge-redis.voice.svc.cluster.local:6379/0",
+            "rtcedge-redis",  # generated
+        ),
+        (
+            {"enabled": True, "auth": {"existingSecret": "mine"}},
+            "redis://rtcedge-redis.voice.svc.cluster.local:6379/0",
+            "mine",
+        ),
+        ({"url": "redis://cache:6379/1"}, "redis://cache:6379/1", None),
+        (
+            {"url": "redis://cache:6379/1", "auth": {"existingSecret": "pw"}},
+            "redis://cache:6379/1",
+            "pw",
+        ),
     ],
 )
-def test_redis_reaches_the_relay_only_as_rtcedge_redis_url(redis, url):
+def test_redis_reaches_the_relay_only_through_its_environment(redis, url, password_secret):
     objects = render(merge(PUBLIC, {"redis": redis}))
     env = env_of(workload(objects, "relay"))
     assert env.get("RTCEDGE_REDIS_URL", {}).get("value") == url
+    if password_secret is None:
+        assert "RTCEDGE_REDIS_PASSWORD" not in env
+    else:  # a reference to a Secret, never a value in the manifest
+        assert env["RTCEDGE_REDIS_PASSWORD"] == {
+            "name": "RTCEDGE_REDIS_PASSWORD",
+            "valueFrom": {"secretKeyRef": {"name": password_secret, "key": "password"}},
+        }
     in_chart = bool(redis.get("enabled"))
     assert bool(find(objects, "Deployment", "rtcedge-redis")) == in_chart
     assert bool(find(objects, "Service", "rtcedge-redis")) == in_chart
     assert bool(find(objects, "NetworkPolicy", "rtcedge-redis")) == in_chart
+    generated = find(objects, "Secret", "rtcedge-redis")
+    assert bool(generated) == (password_secret == "rtcedge-redis")
     if in_chart:
-        redis_pod = workload(objects, "redis")["spec"]["template"]["spec"]
-        assert "--save" in redis_pod["containers"][0]["args"]  # no persistence: soft state
+        redis_pod = workload(objects, "redis")
+        c = container(redis_pod)
+        assert "--save" in c["args"]  # no persistence: soft state
+        # redis-server takes requirepass from the same Secret, on stdin, not its command line.
+        assert env_of(redis_pod)["REDISCLI_AUTH"]["valueFrom"]["secretKeyRef"] == {
+            "name": password_secret,
+            "key": "password",
+        }
+        assert not any("requirepass" in a for a in c["args"])
+        assert c["readinessProbe"]["exec"]["command"][:2] == ["redis-cli", "-e"]
+    if generated:
+        password = base64.b64decode(generated[0]["data"]["password"]).decode()
+        assert len(password) == 32 and password.isalnum()
 
 
-def test_two_redis_sources_are_refused():
-    with pytest.raises(helm.HelmError, match="only one of redis"):
-        render(merge(PUBLIC, {"redis": {"enabled": True, "url": "redis://x:6379/0"}}))
+def test_redis_over_tls_mounts_the_ca_for_the_relay(monkeypatch):
+    values = ci_values("ipv6-external-redis")
+    relay = workload(render(values), "relay")
+    env = _resolve_env(relay, SAMPLE_POD_IP["IPv6"], monkeypatch)
+    assert env["RTCEDGE_REDIS_CA_FILE"] == "/etc/rtcedge/redis-ca/ca.crt"
+    pod = relay["spec"]["template"]["spec"]
+    assert {"name": "redis-ca", "secret": {"secretName": "redis-ca", "defaultMode": 0o444}} in (
+        pod["volumes"]
+    )
+    assert {"name": "redis-ca", "mountPath": "/etc/rtcedge/redis-ca", "readOnly": True} in (
+        container(relay)["volumeMounts"]
+    )
+    ctx = relay_cli.main.commands["serve"].make_context(
+        "serve", _expand(container(relay)["args"], env)
+    )
+    config = relay_cli.build_config(ctx.params)
+    assert config.redis_url == "rediss://redis.cache.svc.cluster.local:6380/0"
+    assert config.redis_auth.ca_file == "/etc/rtcedge/redis-ca/ca.crt"
+    assert config.redis_auth.password == "from-a-secret"  # RTCEDGE_REDIS_PASSWORD, a secretKeyRef
+    on_config_map = merge(values, {"redis": {"tls": {"caSecret": "", "caConfigMap": "ca"}}})
+    pod = workload(render(on_config_map), "relay")["spec"]["template"]["spec"]
+    assert {"name": "redis-ca", "configMap": {"name": "ca"}} in pod["volumes"]
+
+
+@pytest.mark.parametrize(
+    ("redis", "message"),
+    [
+        ({"enabled": True, "url": "redis://x:6379/0"}, "only one of redis"),
+        ({"url": "redis://:hunter2@cache:6379/0"}, "must not carry a password"),
+        ({"url": "rediss://user:hunter2@cache:6380/0"}, "must not carry a password"),
+        ({"url": "redis://cache:6379/0", "tls": {"caSecret": "ca"}}, "need a rediss://"),
+        ({"enabled": True, "tls": {"caSecret": "ca"}}, "the in-chart Redis has no TLS"),
+        (
+            {"url": "rediss://c:6380/0", "tls": {"caSecret": "a", "caConfigMap": "b"}},
+            "not both",
+        ),
+        ({"auth": {"existingSecret": "pw"}}, "no Redis is"),
+        ({"tls": {"caSecret": "ca"}}, "no Redis is"),
+    ],
+)
+def test_redis_settings_that_cannot_work_or_would_show_a_secret_are_refused(redis, message):
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(merge(PUBLIC, {"redis": redis}))
+
+
+def test_a_user_name_without_a_password_may_stay_in_the_url():
+    values = merge(PUBLIC, {"redis": {"url": "redis://relay@cache:6379/0"}})
+    assert env_of(workload(render(values), "relay"))["RTCEDGE_REDIS_URL"]["value"] == (
+        "redis://relay@cache:6379/0"
+    )
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_no_secret_is_rendered_in_plain_text(name):
+    """Passwords and keys reach pods only as Secret references: no env value or argument holds
+    a password, and no Redis URL in the manifest carries one."""
+    for obj in render(ci_values(name)):
+        if obj["kind"] not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        for entry in env_of(obj).values():
+            if any(w in entry["name"] for w in ("PASSWORD", "AUTH", "TOKEN", "KEYRING")):
+                assert "value" not in entry, entry
+        c = container(obj)
+        assert not any(
+            w in a for a in c.get("args", []) for w in ("password", "requirepass", "keyring-json")
+        )
 
 
 @pytest.mark.parametrize("name", CI_NAMES)
@@ -379,9 +667,15 @@ def test_only_relays_reach_the_transceivers_media_port(name):
     else:
         relay = workload(objects, "relay")
         assert rule["from"] == [{"podSelector": relay["spec"]["selector"]}]
-    # Nothing else opens UDP to the transceivers.
-    others = [r for r in policy["spec"]["ingress"] if r is not rule]
-    assert all(p["protocol"] == "TCP" and p["port"] == 8080 for r in others for p in r["ports"])
+    # Nothing else opens UDP to the transceivers; HTTP from httpFrom, metrics from metricsFrom.
+    others = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"] if r is not rule}
+    assert [r["ports"] for r in others.values()] == [
+        [{"protocol": "TCP", "port": 8080}],
+        [{"protocol": "TCP", "port": 9479}],
+    ]
+    np = values.get("networkPolicy", {})
+    assert others[8080].get("from") == (np.get("httpFrom") or None)
+    assert others[9479].get("from") == (np.get("metricsFrom") or None)
 
 
 def test_dashboard_configmap_carries_the_chart_dashboard():

@@ -45,12 +45,12 @@ def test_failed_lookup_keeps_the_last_known_address_and_counts():
     r = AllowlistResolver(
         config(transceiver_dns="t-{id}.svc:5000", transceiver_ids=(0, 1)), resolver=resolver
     )
-    assert r.refresh() == {0: ("10.0.0.1", 5000)} and r.errors == 1
+    assert r.refresh(0.0) == {0: ("10.0.0.1", 5000)} and r.errors == 1
     answers["t-0.svc"] = "10.0.0.2"  # the pod moved
     answers["t-1.svc"] = "10.0.0.3"
-    assert r.refresh() == {0: ("10.0.0.2", 5000), 1: ("10.0.0.3", 5000)}
+    assert r.refresh(10.0) == {0: ("10.0.0.2", 5000), 1: ("10.0.0.3", 5000)}
     del answers["t-0.svc"]  # transient DNS failure
-    assert r.refresh()[0] == ("10.0.0.2", 5000) and r.errors == 2
+    assert r.refresh(20.0)[0] == ("10.0.0.2", 5000) and r.errors == 2
 
 
 def test_relay_routes_through_a_dns_template_and_pins_its_workers():

@@ -82,13 +82,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- if eq .Values.ipFamily "IPv6" }}[::]{{ else }}0.0.0.0{{ end }}
 {{- end }}
 
-{{/* The relay's --internal: its pod IP (downward API, expanded by the kubelet) and port base. */}}
-{{- define "rtcedge.relay.internal" -}}
-{{- if eq .Values.ipFamily "IPv6" -}}
-[$(POD_IP)]:{{ int64 .Values.relay.internalPortBase }}
+{{/* HOST:PORT on the pod's own IP: $(POD_IP), set from the downward API's status.podIP and
+expanded by the kubelet (a pod on the node's network has the node's IP there). Call with
+(dict "ctx" $ "port" N). */}}
+{{- define "rtcedge.podAddress" -}}
+{{- if eq .ctx.Values.ipFamily "IPv6" -}}
+[$(POD_IP)]:{{ int64 .port }}
 {{- else -}}
-$(POD_IP):{{ int64 .Values.relay.internalPortBase }}
+$(POD_IP):{{ int64 .port }}
 {{- end }}
+{{- end }}
+
+{{/* The relay's --internal: its pod IP and port base. */}}
+{{- define "rtcedge.relay.internal" -}}
+{{- include "rtcedge.podAddress" (dict "ctx" . "port" .Values.relay.internalPortBase) }}
+{{- end }}
+
+{{/* The downward-API variable rtcedge.podAddress needs; list it before any env that uses it. */}}
+{{- define "rtcedge.podIpEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
 {{- end }}
 
 {{/* --transceiver-ids: the configured range, or every ordinal of the StatefulSet. */}}
@@ -148,28 +163,106 @@ when asked for (SO_RCVBUFFORCE). Empty for the defaults. */}}
 {{- end }}
 {{- end }}
 
-{{/* The relays' Redis URL, as an env entry (RTCEDGE_REDIS_URL), or nothing. */}}
-{{- define "rtcedge.relay.redisEnv" -}}
+{{/* The Secret holding the Redis password, or "" when the relays send none. */}}
+{{- define "rtcedge.redis.passwordSecret" -}}
+{{- if .Values.redis.auth.existingSecret }}
+{{- .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
+{{- printf "%s-redis" (include "rtcedge.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "rtcedge.redis.caFile" -}}
+/etc/rtcedge/redis-ca/{{ .Values.redis.tls.caKey }}
+{{- end }}
+
+{{/* Refuses Redis settings that cannot work or would show a secret; call once. */}}
+{{- define "rtcedge.redis.check" -}}
+{{- $rd := .Values.redis }}
 {{- $sources := 0 }}
-{{- if .Values.redis.enabled }}{{ $sources = add1 $sources }}{{ end }}
-{{- if .Values.redis.url }}{{ $sources = add1 $sources }}{{ end }}
-{{- if .Values.redis.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.enabled }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.url }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $rd.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
 {{- if gt $sources 1 }}
 {{- fail "redis: set only one of redis.enabled, redis.url and redis.existingSecret" }}
 {{- end }}
-{{- if .Values.redis.enabled }}
+{{- if and $rd.url (regexMatch "^rediss?://[^/@]*:[^/@]*@" $rd.url) }}
+{{- fail "redis.url must not carry a password (it would be in the manifest in plain text): put the password in a Secret named by redis.auth.existingSecret, or the whole URL in redis.existingSecret" }}
+{{- end }}
+{{- if and $rd.auth.existingSecret (eq $sources 0) }}
+{{- fail "redis.auth.existingSecret is set but no Redis is: set redis.enabled, redis.url or redis.existingSecret" }}
+{{- end }}
+{{- if and $rd.tls.caSecret $rd.tls.caConfigMap }}
+{{- fail "redis.tls: set caSecret or caConfigMap, not both" }}
+{{- end }}
+{{- if or $rd.tls.caSecret $rd.tls.caConfigMap }}
+{{- if $rd.enabled }}
+{{- fail "redis.tls: the in-chart Redis has no TLS (it is reached only by relays, inside the cluster); the CA is for an external rediss:// Redis" }}
+{{- end }}
+{{- if and $rd.url (not (hasPrefix "rediss://" $rd.url)) }}
+{{- fail "redis.tls.caSecret/caConfigMap need a rediss:// (TLS) redis.url" }}
+{{- end }}
+{{- if eq $sources 0 }}
+{{- fail "redis.tls is set but no Redis is: set redis.url or redis.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The relays' Redis settings as env entries: RTCEDGE_REDIS_URL, RTCEDGE_REDIS_PASSWORD (from a
+Secret, never a value), RTCEDGE_REDIS_CA_FILE; nothing without Redis. */}}
+{{- define "rtcedge.relay.redisEnv" -}}
+{{- include "rtcedge.redis.check" . }}
+{{- $rd := .Values.redis }}
+{{- if $rd.enabled }}
 - name: RTCEDGE_REDIS_URL
-  value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "rtcedge.redis.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) | quote }}
-{{- else if .Values.redis.url }}
+  value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "rtcedge.redis.fullname" .) .Release.Namespace .Values.clusterDomain (int $rd.port) | quote }}
+{{- else if $rd.url }}
 - name: RTCEDGE_REDIS_URL
-  value: {{ .Values.redis.url | quote }}
-{{- else if .Values.redis.existingSecret }}
+  value: {{ $rd.url | quote }}
+{{- else if $rd.existingSecret }}
 - name: RTCEDGE_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.redis.existingSecret }}
-      key: {{ .Values.redis.secretKey }}
+      name: {{ $rd.existingSecret }}
+      key: {{ $rd.secretKey }}
 {{- end }}
+{{- with include "rtcedge.redis.passwordSecret" . }}
+- name: RTCEDGE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $rd.auth.secretKey }}
+{{- end }}
+{{- if or $rd.tls.caSecret $rd.tls.caConfigMap }}
+- name: RTCEDGE_REDIS_CA_FILE
+  value: {{ include "rtcedge.redis.caFile" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The networks the transceivers accept encapsulated datagrams from (--relay-network), as JSON:
+transceiver.relayNetworks, plus networkPolicy.relayNodeCIDRs in hostNetwork mode (relays then send
+from their nodes' addresses). An encapsulated datagram names the client it speaks for, so an empty
+list (any source) would let whoever reaches the media port move a session's return path: refused,
+as is a /0. */}}
+{{- define "rtcedge.transceiver.relayNetworks" -}}
+{{- $nets := list }}
+{{- if eq .Values.relay.mode "hostNetwork" }}
+{{- $nets = concat $nets .Values.networkPolicy.relayNodeCIDRs }}
+{{- end }}
+{{- $nets = concat $nets .Values.transceiver.relayNetworks | uniq }}
+{{- if not $nets }}
+{{- if eq .Values.relay.mode "hostNetwork" }}
+{{- fail "networkPolicy.relayNodeCIDRs (or transceiver.relayNetworks) is required in relay.mode=hostNetwork: list the CIDRs of the relay nodes. The transceivers accept encapsulated datagrams (which name the client they speak for) only from there (--relay-network); without it anyone who reaches their media port could redirect a call's media" }}
+{{- else }}
+{{- fail (printf "transceiver.relayNetworks is required in relay.mode=%s: list the pod CIDR(s) the relay pods get addresses from (e.g. 10.244.0.0/16; docs/deploy.md, section Network policy). The transceivers accept encapsulated datagrams (which name the client they speak for) only from there (--relay-network); without it anyone who reaches their media port could redirect a call's media" .Values.relay.mode) }}
+{{- end }}
+{{- end }}
+{{- range $nets }}
+{{- if hasSuffix "/0" . }}
+{{- fail (printf "transceiver.relayNetworks / networkPolicy.relayNodeCIDRs: %s is every address; list the networks the relays send from" .) }}
+{{- end }}
+{{- end }}
+{{- toJson $nets }}
 {{- end }}
 
 {{/* NetworkPolicy peers that are the relays: their pods, or their nodes in hostNetwork mode. */}}
@@ -195,4 +288,23 @@ capabilities:
   {{- with .caps }}
   add: {{ toJson . }}
   {{- end }}
+{{- end }}
+
+{{/* Refuse an Ingress path that would route /metrics (or /healthz, /readyz) to the HTTP port:
+Prefix "/" does, as does an ImplementationSpecific prefix of "/metrics" (most controllers match
+those as plain string prefixes). Call with one entry of transceiver.ingress.hosts[].paths. */}}
+{{- define "rtcedge.transceiver.ingressPathCheck" -}}
+{{- $path := .path }}
+{{- $covers := false }}
+{{- if eq .pathType "Prefix" }}
+{{- $p := trimSuffix "/" $path }}
+{{- $covers = or (eq $p "") (eq $p "/metrics") (eq $p "/healthz") (eq $p "/readyz") }}
+{{- else if eq .pathType "Exact" }}
+{{- $covers = has (trimSuffix "/" $path) (list "/metrics" "/healthz" "/readyz") }}
+{{- else }}
+{{- $covers = or (hasPrefix $path "/metrics") (hasPrefix $path "/healthz") (hasPrefix $path "/readyz") }}
+{{- end }}
+{{- if $covers }}
+{{- fail (printf "transceiver.ingress: path %s (%s) would publish /metrics, /healthz or /readyz; route only the WHIP and page paths: /whip (Prefix), / (Exact), /static (Prefix), the defaults" $path .pathType) }}
+{{- end }}
 {{- end }}

@@ -51,7 +51,7 @@ class LifecycleError(Exception):
     pass
 
 
-FIRST_CHECK_TIMEOUT_S = 3.0
+FIRST_CHECK_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)

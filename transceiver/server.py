@@ -215,7 +215,6 @@ class TransceiverServer:
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
         session = Session(self, session_id, ufrag, password, time.monotonic())
-        session.lifecycle.limits = self.config.lifecycle_limits()  # (belongs in Session)
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
         self.metrics.sessions_active.inc()

@@ -21,7 +21,7 @@ from transceiver import jitter
 from transceiver.audio import BackendAudioTrack, InboundConverter
 from transceiver.backend import BackendSession, SessionInfo
 from transceiver.ice import SharedSocketConnection, install
-from transceiver.lifecycle import Lifecycle, Limits, State
+from transceiver.lifecycle import Lifecycle, State
 
 if TYPE_CHECKING:
     from transceiver.server import TransceiverServer
@@ -44,9 +44,7 @@ class Session:
         self.server = server
         self.id = session_id
         self.ufrag = ufrag
-        self.lifecycle = Lifecycle(
-            now, Limits(cfg.ice_timeout_s, cfg.idle_timeout_s, cfg.max_duration_s)
-        )
+        self.lifecycle = Lifecycle(now, cfg.lifecycle_limits())
         self.pc = RTCPeerConnection(
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )

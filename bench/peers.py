@@ -28,6 +28,7 @@ from pathlib import Path
 
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from relay.addresspolicy import LOOPBACK_NETWORKS
 from relay.mmsg import set_buffers
 
 
@@ -104,6 +105,8 @@ class RelayProcess:
     # Read by the relay from this file (``--keyring``) instead of the environment, e.g. to test
     # a SIGHUP reload. Either way the secret never appears on the command line (``ps``).
     keyring_path: str | None = None
+    # Local mode: loopback clients are allowed past the relay's built-in denied ranges.
+    allow_networks: tuple[str, ...] = LOOPBACK_NETWORKS
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
     quiet: bool = True  # capture stderr (tests); False lets the child log to ours
@@ -144,6 +147,8 @@ class RelayProcess:
         ]
         if self.keyring_path:
             args += ["--keyring", self.keyring_path]
+        for network in self.allow_networks:
+            args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
             args += ["--transceiver", f"{tid}={h}:{p}"]
         return args + self.extra_args

@@ -8,11 +8,13 @@ from typing import Any
 import click
 
 from common.options import env_option, setup_logging
+from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
     ConfigError,
     RelayConfig,
     parse_host_port,
     parse_id_range,
+    parse_networks,
     parse_transceiver,
 )
 from relay.flows import FlowLimits
@@ -31,6 +33,9 @@ Examples:
   RTCEDGE_KEYRING=/secrets/keyring.json relay serve \\
       --transceiver-dns 'rtcedge-transceiver-{id}.rtcedge-transceiver:5000' \\
       --transceiver-ids 0-15
+\b
+  # clients on a private network (on premises, VPN): allow it past the built-in denials
+  relay serve ... --allow-network 10.20.0.0/16
 \b
 Every option can also be set by the environment variable shown in brackets.
 SIGHUP reloads the keyring and the allowlist; SIGTERM stops.
@@ -217,6 +222,25 @@ def main() -> None:
     help="Per worker, lookups for packets of unknown clients.",
 )
 @env_option(
+    "--deny-network",
+    "deny_networks",
+    env="DENY_NETWORKS",
+    multiple=True,
+    help="Client CIDR the relay never admits a flow from nor sends to, in addition to the "
+    "built-in special-purpose ranges (loopback, private RFC 1918/100.64/10/fc00::/7, "
+    "link-local, multicast, reserved, documentation, IPv4-mapped; docs/relay.md). Repeatable; "
+    "env: comma separated.",
+)
+@env_option(
+    "--allow-network",
+    "allow_networks",
+    env="ALLOW_NETWORKS",
+    multiple=True,
+    help="Client CIDR allowed even though a denied range holds it, e.g. 10.0.0.0/8 when "
+    "clients reach the relay over a private network, 127.0.0.0/8 on one machine. Wins over "
+    "--deny-network. Repeatable; env: comma separated.",
+)
+@env_option(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -276,4 +300,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         redis_url=opts["redis_url"],
         redis_timeout_ms=int(opts["redis_timeout_ms"]),
         redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
+        deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
+        + parse_networks("--deny-network", opts["deny_networks"] or ()),
+        allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
     ).validate()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flows import FlowLimits
 
 
@@ -68,6 +70,21 @@ def parse_id_range(option: str, text: str) -> tuple[int, ...]:
     return tuple(sorted(set(ids)))
 
 
+def parse_networks(option: str, values: Iterable[str]) -> tuple[Network, ...]:
+    """CIDRs from a repeated option, each value possibly comma or space separated (the
+    environment's form); a host address with a prefix length (10.0.0.1/8) is refused as a typo."""
+    networks = []
+    for value in values:
+        for item in value.replace(",", " ").split():
+            try:
+                networks.append(ipaddress.ip_network(item, strict=True))
+            except ValueError as exc:
+                raise ConfigError(
+                    option, f"{item!r} is not a network in CIDR form ({exc})"
+                ) from None
+    return tuple(networks)
+
+
 def address_family(option: str, host: str) -> int:
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
@@ -98,6 +115,12 @@ class RelayConfig:
     redis_url: str | None = None
     redis_timeout_ms: int = 50
     redis_lookups_per_s: int = 200
+    # Client addresses never admitted nor sent to (relay.addresspolicy): the built-in ranges plus
+    # --deny-network; --allow-network exceptions win.
+    deny_networks: tuple[Network, ...] = field(
+        default_factory=lambda: parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
+    )
+    allow_networks: tuple[Network, ...] = ()
 
     @property
     def family(self) -> int:

@@ -29,6 +29,7 @@ DROP_REASONS = (
     "hint_future",
     "wrong_cluster",
     "unknown_transceiver",  # transceiver id not in the allowlist
+    "denied_address",  # client address in a --deny-network range: no flow, in either direction
     "pending_full",
     "pending_ufrag_limit",
     "pending_prefix_limit",

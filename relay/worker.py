@@ -33,6 +33,7 @@ from common import encap
 from common.hint import HintError, HintVerifier
 from common.stun import StunError, binding_request_username, server_ufrag
 from relay import counters as C
+from relay.addresspolicy import AddressPolicy
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.flowcache import RedisFlowCache
@@ -99,6 +100,7 @@ class Worker:
         self.journal = journal
         self.control = control
         self.flows = FlowTable(config.limits)
+        self.policy = AddressPolicy(config.deny_networks, config.allow_networks)
         self.family = config.family
         fam = self.family
         batch = config.batch_size
@@ -184,7 +186,9 @@ class Worker:
         for slot, raw, tid in self.journal.attach():
             key = self.keys.from_bytes(raw)
             target = self.targets.get(tid)
-            flow = self.flows.restore(key, tid, self.now) if target else None
+            flow = (
+                self.flows.restore(key, tid, self.now) if target and not self._denied(key) else None
+            )
             if flow is None:
                 self.journal.clear(slot)
                 continue
@@ -232,6 +236,10 @@ class Worker:
         ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
 
     # -- flow set-up (slow path) -----------------------------------------------------------------
+    def _denied(self, key: Hashable) -> bool:
+        """Is this client's address one the relay never admits nor sends to (--deny-network)?"""
+        return self.policy.denies(self.keys.port_and_address(key)[1])
+
     def _write_header(self, addr: int, key: Hashable) -> None:
         """Encapsulation header for the client ``key`` (a client -> transceiver packet's)."""
         port, address = self.keys.port_and_address(key)
@@ -258,6 +266,9 @@ class Worker:
             ctr[_DROP["no_flow"]] += 1
             if self.cache is not None:  # a relay restart? Redis may know the flow
                 self.cache.lookup(key, self.keys.host_port(key), time.monotonic())
+            return None
+        if self._denied(key):  # before any table is touched: it never gets a flow
+            ctr[_DROP["denied_address"]] += 1
             return None
         if self.flows.pending_full and key not in self.flows.pending:
             # Under a flood of new flows, refuse before parsing or HMAC: ~1 us, not ~10 us,
@@ -296,33 +307,41 @@ class Worker:
         self._write_header(addr, key)
         return _WIRE_WORDS.pack(target.ptr, addr)
 
-    def _confirm(self, key: Hashable, target: Target) -> None:
-        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it."""
+    def _confirm(self, key: Hashable, target: Target) -> bool:
+        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it.
+
+        False means refused: the caller must drop the packet, not send it.
+        """
+        if key not in self.flows.confirmed and self._denied(key):
+            self.ctr[_DROP["denied_address"]] += 1
+            return False
         try:
             flow, changed = self.flows.confirm(key, target.tid, self.now)
         except FlowLimitError:
             self.ctr[_DROP["flows_full"]] += 1
-            return
+            return False
         if changed:
-            self._journal_and_wire(key, flow, target)
+            return self._journal_and_wire(key, flow, target)
+        return True
 
-    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> None:
+    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> bool:
         flow.slot = self.journal.write(self.keys.to_bytes(key), target.tid, flow.slot)
         if flow.slot < 0:  # cannot happen while the journal is as large as the table
             del self.flows.confirmed[key]
             self.ctr[_DROP["flows_full"]] += 1
-            return
+            return False
         flow.wire = self._flow_wire(key, target, flow.slot)
         if self.cache is not None:
             flow.stored_at = self.now
             self.cache.store(key, self.keys.host_port(key), target.tid)
+        return True
 
     def restore_from_cache(self) -> None:
         """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
         assert self.cache is not None
         for key, tid in self.cache.take_results(time.monotonic()):
             target = self.targets.get(tid)
-            if target is None or key in self.flows.confirmed:
+            if target is None or key in self.flows.confirmed or self._denied(key):
                 continue
             flow = self.flows.restore(key, tid, self.now)
             if flow is None:
@@ -444,12 +463,14 @@ class Worker:
             keys = self.keys.batch(sb.names_q, n)
             flows = list(map(self.flows.confirmed.get, keys))
             if None in flows or list(map(_TARGET_ID, flows)) != list(map(_TID, targets)):
-                for key, target, flow in zip(keys, targets, flows, strict=True):
-                    if flow is None or flow.target_id != target.tid:
-                        self._confirm(key, target)
-            self.refreshed.update(keys)
-            sb.iov[1 : n * 2 : 2] = array("Q", map(sub, lens, repeat(hl, n)))
-            k, nbytes = n, sum(lens) - n * hl
+                # A new or re-pointed flow needs a decision that may refuse it (a denied
+                # address): only the per-packet path can drop that one packet.
+                k, nbytes = self._transceivers_one_by_one(n, targets, lens)
+                compacted = True
+            else:
+                self.refreshed.update(keys)
+                sb.iov[1 : n * 2 : 2] = array("Q", map(sub, lens, repeat(hl, n)))
+                k, nbytes = n, sum(lens) - n * hl
         ctr = self.ctr
         if k:
             failed = sb.send(self.public_fd, k)
@@ -495,7 +516,8 @@ class Worker:
             key = from_sockaddr(bytes(snames[d : d + 24]))
             flow = self.flows.confirmed.get(key)
             if flow is None or flow.target_id != target.tid:
-                self._confirm(key, target)
+                if not self._confirm(key, target):
+                    continue
             else:
                 self.refreshed.add(key)
             siov[k * 2] = rb.data_addr + base + hl

@@ -158,7 +158,25 @@ def main() -> None:
     type=int,
     default=_defaults.max_confirmed_flows,
     show_default=True,
-    help="Confirmed flows per worker.",
+    help="Confirmed flows per worker; a full table evicts the flow idle longest.",
+)
+@env_option(
+    "--max-flows-per-transceiver",
+    env="MAX_FLOWS_PER_TRANSCEIVER",
+    type=int,
+    default=_defaults.max_flows_per_transceiver,
+    show_default=True,
+    help="Confirmed flows per worker of one transceiver (its sessions x their client "
+    "addresses); at the cap its flow idle longest is evicted.",
+)
+@env_option(
+    "--max-flows-per-hint",
+    env="MAX_FLOWS_PER_HINT",
+    type=int,
+    default=_defaults.max_flows_per_hint,
+    show_default=True,
+    help="Confirmed flows per worker of one session's hint (a session has ~4 client addresses "
+    "at most); at the cap its flow idle longest is evicted.",
 )
 @env_option(
     "--idle-ttl",
@@ -291,6 +309,8 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
             max_pending_per_prefix=int(opts["max_pending_per_prefix"]),
             pending_ttl_s=int(opts["pending_ttl"]),
             max_confirmed_flows=int(opts["max_flows"]),
+            max_flows_per_transceiver=int(opts["max_flows_per_transceiver"]),
+            max_flows_per_hint=int(opts["max_flows_per_hint"]),
             idle_ttl_s=int(opts["idle_ttl"]),
         ),
         max_hint_age_s=int(opts["max_hint_age"]),

@@ -165,6 +165,8 @@ class RelayConfig:
             ("--max-pending-per-prefix", lim.max_pending_per_prefix),
             ("--pending-ttl", lim.pending_ttl_s),
             ("--max-flows", lim.max_confirmed_flows),
+            ("--max-flows-per-transceiver", lim.max_flows_per_transceiver),
+            ("--max-flows-per-hint", lim.max_flows_per_hint),
             ("--idle-ttl", lim.idle_ttl_s),
             ("--max-hint-age", self.max_hint_age_s),
         ):

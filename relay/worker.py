@@ -37,7 +37,7 @@ from relay.addresspolicy import AddressPolicy
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.flowcache import RedisFlowCache
-from relay.flows import ConfirmedFlow, FlowLimitError, FlowTable
+from relay.flows import EVICTIONS, ConfirmedFlow, FlowLimitError, FlowTable
 from relay.journal import FlowJournal
 from relay.mmsg import (
     ADDR_SLICE,
@@ -169,8 +169,7 @@ class Worker:
                 target.set_address(host, port)
         for tid in [t for t in self.targets if t not in routing.transceivers]:
             del self.targets[tid]
-            for flow in self.flows.remove_target(tid):
-                self.journal.clear(flow.slot)
+            self._free(self.flows.remove_target(tid))
         self.peers = {t.peer_key: t for t in self.targets.values()}
 
     def poll_control(self) -> None:
@@ -186,9 +185,10 @@ class Worker:
         for slot, raw, tid in self.journal.attach():
             key = self.keys.from_bytes(raw)
             target = self.targets.get(tid)
-            flow = (
-                self.flows.restore(key, tid, self.now) if target and not self._denied(key) else None
-            )
+            flow = None
+            if target is not None and not self._denied(key):
+                flow, evicted = self.flows.restore(key, tid, self.now)
+                self._free(evicted)
             if flow is None:
                 self.journal.clear(slot)
                 continue
@@ -205,12 +205,12 @@ class Worker:
         flows = self.flows
         confirmed = flows.confirmed
         cache = self.cache
-        rewrite_after = self.config.limits.idle_ttl_s // 2
-        for key in self.refreshed:
-            flow = confirmed.get(key)
-            if flow is not None:
-                flow.last_seen = now
-                if cache is not None and now - flow.stored_at >= rewrite_after:
+        flows.refresh(self.refreshed, now)
+        if cache is not None:
+            rewrite_after = self.config.limits.idle_ttl_s // 2
+            for key in self.refreshed:
+                flow = confirmed.get(key)
+                if flow is not None and now - flow.stored_at >= rewrite_after:
                     flow.stored_at = now
                     cache.store(key, self.keys.host_port(key), flow.target_id)
         self.refreshed.clear()
@@ -222,8 +222,7 @@ class Worker:
                 self.ctr[C.REDIS_OPS + i] = value
         flows.expire_pending(now)
         if now >= self._next_confirmed_sweep:
-            for flow in flows.expire_confirmed(now):
-                self.journal.clear(flow.slot)
+            self._free(flows.expire_confirmed(now))
             self._next_confirmed_sweep = now + max(
                 1, self.config.limits.idle_ttl_s // CONFIRMED_SWEEPS_PER_TTL
             )
@@ -234,6 +233,8 @@ class Worker:
         ctr[C.FLOWS_EXPIRED_CONFIRMED] = flows.expired_confirmed
         ctr[C.FLOWS_ACTIVE_PENDING] = len(flows.pending)
         ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
+        for i, scope in enumerate(EVICTIONS):
+            ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
 
     # -- flow set-up (slow path) -----------------------------------------------------------------
     def _denied(self, key: Hashable) -> bool:
@@ -315,26 +316,27 @@ class Worker:
         if key not in self.flows.confirmed and self._denied(key):
             self.ctr[_DROP["denied_address"]] += 1
             return False
-        try:
-            flow, changed = self.flows.confirm(key, target.tid, self.now)
-        except FlowLimitError:
-            self.ctr[_DROP["flows_full"]] += 1
-            return False
+        flow, changed, evicted = self.flows.confirm(key, target.tid, self.now)
+        self._free(evicted)  # first: the newcomer may take an evicted flow's journal slot
         if changed:
-            return self._journal_and_wire(key, flow, target)
+            self._journal_and_wire(key, flow, target)
+            if self.cache is not None:
+                flow.stored_at = self.now
+                self.cache.store(key, self.keys.host_port(key), target.tid)
         return True
 
-    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> bool:
+    def _free(self, flows: list[ConfirmedFlow]) -> None:
+        """Release the journal slots (and so the header slots) of flows that left the table."""
+        for flow in flows:
+            self.journal.clear(flow.slot)
+
+    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> None:
         flow.slot = self.journal.write(self.keys.to_bytes(key), target.tid, flow.slot)
-        if flow.slot < 0:  # cannot happen while the journal is as large as the table
-            del self.flows.confirmed[key]
-            self.ctr[_DROP["flows_full"]] += 1
-            return False
+        if flow.slot < 0:
+            # The table never holds more flows than the journal has slots, and every flow that
+            # leaves frees its slot. A restarted worker rebuilds both from the journal.
+            raise RuntimeError("flow journal full: out of step with the flow table")
         flow.wire = self._flow_wire(key, target, flow.slot)
-        if self.cache is not None:
-            flow.stored_at = self.now
-            self.cache.store(key, self.keys.host_port(key), target.tid)
-        return True
 
     def restore_from_cache(self) -> None:
         """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
@@ -343,14 +345,11 @@ class Worker:
             target = self.targets.get(tid)
             if target is None or key in self.flows.confirmed or self._denied(key):
                 continue
-            flow = self.flows.restore(key, tid, self.now)
+            flow, evicted = self.flows.restore(key, tid, self.now)
+            self._free(evicted)
             if flow is None:
                 continue
-            flow.slot = self.journal.write(self.keys.to_bytes(key), tid)
-            if flow.slot < 0:
-                del self.flows.confirmed[key]
-                continue
-            flow.wire = self._flow_wire(key, target, flow.slot)
+            self._journal_and_wire(key, flow, target)
             self.ctr[C.FLOWS_RESTORED_REDIS] += 1
 
     # -- hot path --------------------------------------------------------------------------------

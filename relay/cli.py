@@ -126,7 +126,8 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_flows,
     show_default=True,
-    help="Pending flows per worker.",
+    help="Pending flows per worker; a full table evicts the oldest pending flow of the hint "
+    "holding the most.",
 )
 @env_option(
     "--max-pending-per-ufrag",
@@ -134,7 +135,16 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_per_ufrag,
     show_default=True,
-    help="Pending flows one hint may open.",
+    help="Pending flows one hint may open at once; then one more per --pending-ufrag-refill.",
+)
+@env_option(
+    "--pending-ufrag-refill",
+    env="PENDING_UFRAG_REFILL",
+    type=int,
+    default=_defaults.pending_ufrag_refill_s,
+    show_default=True,
+    help="Seconds for a hint to earn back one pending flow (a call that rebinds its NAT needs "
+    "one now and then).",
 )
 @env_option(
     "--max-pending-per-prefix",
@@ -142,7 +152,8 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_per_prefix,
     show_default=True,
-    help="Pending flows per source /24 (IPv4) or /64 (IPv6).",
+    help="Pending flows per source /24 (IPv4) or /64 (IPv6); at the cap the prefix's oldest "
+    "is evicted.",
 )
 @env_option(
     "--pending-ttl",
@@ -306,6 +317,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         limits=FlowLimits(
             max_pending_flows=int(opts["max_pending_flows"]),
             max_pending_per_ufrag=int(opts["max_pending_per_ufrag"]),
+            pending_ufrag_refill_s=int(opts["pending_ufrag_refill"]),
             max_pending_per_prefix=int(opts["max_pending_per_prefix"]),
             pending_ttl_s=int(opts["pending_ttl"]),
             max_confirmed_flows=int(opts["max_flows"]),

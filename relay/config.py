@@ -162,6 +162,7 @@ class RelayConfig:
         for option, value in (
             ("--max-pending-flows", lim.max_pending_flows),
             ("--max-pending-per-ufrag", lim.max_pending_per_ufrag),
+            ("--pending-ufrag-refill", lim.pending_ufrag_refill_s),
             ("--max-pending-per-prefix", lim.max_pending_per_prefix),
             ("--pending-ttl", lim.pending_ttl_s),
             ("--max-flows", lim.max_confirmed_flows),

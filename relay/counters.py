@@ -32,9 +32,7 @@ DROP_REASONS = (
     "wrong_cluster",
     "unknown_transceiver",  # transceiver id not in the allowlist
     "denied_address",  # client address in a --deny-network range: no flow, in either direction
-    "pending_full",
-    "pending_ufrag_limit",
-    "pending_prefix_limit",
+    "pending_ufrag_limit",  # the hint's budget of new pending flows is spent
     "unknown_peer",  # internal packet from an address outside the allowlist
     "encap_malformed",
     "wrong_family",  # encapsulated client address of the other IP family

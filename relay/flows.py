@@ -3,9 +3,22 @@
 Sans-I/O: no sockets, no clocks; ``now`` is a coarse monotonic second passed in by the worker.
 
 Two tables (DESIGN.md):
-- *pending*: made by a Binding request carrying a valid hint. Short fixed TTL, a global cap and caps
-  per ufrag and per source prefix, so a forged or replayed hint cannot fill memory. Only STUN is
-  forwarded for a pending flow.
+- *pending*: made by a Binding request carrying a valid hint (forged hints never get here). Only
+  STUN is forwarded for a pending flow. Short fixed TTL, never extended by the client, and
+  bounds against holders of valid hints (issue 8 #5: hints harvested from WHIP stay valid as long
+  as a call may last, and sources can be spoofed):
+  - per hint over time: a token bucket (``max_pending_per_ufrag`` at once, then one every
+    ``pending_ufrag_refill_s``): a live call that rebinds its NAT needs one new pending flow now
+    and then, 8 harvested-hint sources every 10 s need many hints. Refusals count as
+    ``pending_ufrag_limit``. The buckets' table is bounded (``max_hint_budgets``, forgetting the
+    least recently used hint beyond: more hints than that must not lock anyone out);
+  - per source /24 or /64 (``max_pending_per_prefix``): the prefix's oldest pending flow is
+    evicted for its newest;
+  - per worker (``max_pending_flows``): the oldest pending flow of the hint holding the most is
+    evicted, so an attacker's hints (each holding many spoofed sources) lose theirs before a
+    caller's hint (holding one or two) does. Never "refuse everyone".
+  Hint validity is left as it is: a call that rebinds mid-call opens a new flow with the same
+  hint, so validity bounds the longest call that survives rebinding (docs/security.md).
 - *confirmed*: made or refreshed only by packets a transceiver sends back to the client, so a client
   (or an attacker spoofing one) can never extend a flow by itself. Idle TTL and three caps, each
   against its own attacker (issue 8 #3):
@@ -34,8 +47,12 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from relay.ratelimit import KeyedBuckets
+
 # (table, scope) of every eviction counter: bounded label values for the metric.
 EVICTIONS = (
+    ("pending", "worker"),
+    ("pending", "prefix"),
     ("confirmed", "worker"),
     ("confirmed", "transceiver"),
     ("confirmed", "hint"),
@@ -53,7 +70,9 @@ class FlowLimitError(Exception):
 @dataclass(frozen=True, slots=True)
 class FlowLimits:
     max_pending_flows: int = 4096
-    max_pending_per_ufrag: int = 8
+    max_pending_per_ufrag: int = 8  # a hint's burst of new pending flows...
+    pending_ufrag_refill_s: int = 10  # ...then one more every this many seconds
+    max_hint_budgets: int = 16384  # hints whose bucket is not full, per worker
     max_pending_per_prefix: int = 64
     pending_ttl_s: int = 10
     max_confirmed_flows: int = 65536
@@ -100,8 +119,17 @@ class FlowTable:
         self.confirmed: OrderedDict[Hashable, ConfirmedFlow] = OrderedDict()
         self._confirmed_of_target: dict[int, OrderedDict[Hashable, ConfirmedFlow]] = {}
         self._confirmed_of_hint: dict[str, dict[Hashable, ConfirmedFlow]] = {}
-        self._pending_by_ufrag: dict[str, int] = {}
-        self._pending_by_prefix: dict[bytes, int] = {}
+        # Oldest first, like ``pending`` itself (insertion order is age order).
+        self._pending_of_ufrag: dict[str, dict[Hashable, None]] = {}
+        self._pending_of_prefix: dict[bytes, dict[Hashable, None]] = {}
+        # [n]: the hints holding n pending flows, in the order they got there; the last level is
+        # never empty, so the busiest hint is found in O(1).
+        self._ufrags_holding: list[dict[str, None]] = [{}]
+        self.hint_budgets = KeyedBuckets(
+            1 / limits.pending_ufrag_refill_s,
+            limits.max_pending_per_ufrag,
+            limits.max_hint_budgets,
+        )
         self.created_pending = 0
         self.created_confirmed = 0
         self.expired_pending = 0
@@ -109,56 +137,85 @@ class FlowTable:
         self.evicted = dict.fromkeys(EVICTIONS, 0)
 
     # -- pending ---------------------------------------------------------------------------
-    @property
-    def pending_full(self) -> bool:
-        """At the cap (expired entries are only removed on the coarse tick)."""
-        return len(self.pending) >= self.limits.max_pending_flows
-
     def admit(self, key: Hashable, prefix: bytes, ufrag: str, target_id: int, now: int) -> None:
         """Record a pending flow for a verified first packet, or raise FlowLimitError.
 
         A client that is already pending for the same ufrag (ICE retransmissions) is accepted
         without counting again; the TTL is not extended, so retransmits cannot keep it alive.
+        A full scope evicts (see the module docstring); only a hint's spent budget refuses.
         """
         current = self.pending.get(key)
         if current is not None:
             if current.ufrag == ufrag:
                 return
             self._drop_pending(key, current)
-        lim = self.limits
-        if len(self.pending) >= lim.max_pending_flows:
-            raise FlowLimitError("pending_full")
-        if self._pending_by_ufrag.get(ufrag, 0) >= lim.max_pending_per_ufrag:
+        if not self.hint_budgets.allow(ufrag, now):
             raise FlowLimitError("pending_ufrag_limit")
-        if self._pending_by_prefix.get(prefix, 0) >= lim.max_pending_per_prefix:
-            raise FlowLimitError("pending_prefix_limit")
-        self.pending[key] = PendingFlow(target_id, ufrag, prefix, now + lim.pending_ttl_s)
-        self._pending_by_ufrag[ufrag] = self._pending_by_ufrag.get(ufrag, 0) + 1
-        self._pending_by_prefix[prefix] = self._pending_by_prefix.get(prefix, 0) + 1
+        lim = self.limits
+        same_prefix = self._pending_of_prefix.get(prefix)
+        if same_prefix is not None and len(same_prefix) >= lim.max_pending_per_prefix:
+            self._evict_pending(next(iter(same_prefix)), "prefix")
+        if len(self.pending) >= lim.max_pending_flows:
+            busiest = self._ufrags_holding[-1]
+            oldest_of_busiest = next(iter(self._pending_of_ufrag[next(iter(busiest))]))
+            self._evict_pending(oldest_of_busiest, "worker")
+        flow = PendingFlow(target_id, ufrag, prefix, now + lim.pending_ttl_s)
+        self.pending[key] = flow
+        self._link_pending(key, flow)
         self.created_pending += 1
 
-    def _drop_pending(self, key: Hashable, flow: PendingFlow) -> None:
-        del self.pending[key]
-        for counts, k in (
-            (self._pending_by_ufrag, flow.ufrag),
-            (self._pending_by_prefix, flow.prefix),
-        ):
-            left = counts[k] - 1
-            if left:
-                counts[k] = left
-            else:
-                del counts[k]
+    def count_pending_of_hint(self, ufrag: str) -> int:
+        return len(self._pending_of_ufrag.get(ufrag, ()))
 
     def expire_pending(self, now: int) -> int:
-        """Drop pending flows past their TTL. Insertion order is expiry order, so stop early."""
+        """Drop pending flows past their TTL (insertion order is expiry order, so stop early),
+        and forget the hints whose budget is full again."""
+        pending = self.pending
         expired = 0
-        for key, flow in list(self.pending.items()):
+        while pending:
+            key = next(iter(pending))
+            flow = pending[key]
             if flow.expires_at > now:
                 break
             self._drop_pending(key, flow)
             expired += 1
         self.expired_pending += expired
+        self.hint_budgets.prune(now)
         return expired
+
+    def _evict_pending(self, key: Hashable, scope: str) -> None:
+        self._drop_pending(key, self.pending[key])
+        self.evicted["pending", scope] += 1
+
+    def _link_pending(self, key: Hashable, flow: PendingFlow) -> None:
+        same_hint = self._pending_of_ufrag.setdefault(flow.ufrag, {})
+        held = len(same_hint)
+        same_hint[key] = None
+        levels = self._ufrags_holding
+        if held:
+            del levels[held][flow.ufrag]
+        if len(levels) == held + 1:
+            levels.append({})
+        levels[held + 1][flow.ufrag] = None
+        self._pending_of_prefix.setdefault(flow.prefix, {})[key] = None
+
+    def _drop_pending(self, key: Hashable, flow: PendingFlow) -> None:
+        del self.pending[key]
+        same_hint = self._pending_of_ufrag[flow.ufrag]
+        held = len(same_hint)
+        del same_hint[key]
+        levels = self._ufrags_holding
+        del levels[held][flow.ufrag]
+        if held > 1:
+            levels[held - 1][flow.ufrag] = None
+        else:
+            del self._pending_of_ufrag[flow.ufrag]
+        while len(levels) > 1 and not levels[-1]:
+            levels.pop()
+        same_prefix = self._pending_of_prefix[flow.prefix]
+        del same_prefix[key]
+        if not same_prefix:
+            del self._pending_of_prefix[flow.prefix]
 
     # -- confirmed -------------------------------------------------------------------------
     def confirm(

@@ -251,6 +251,16 @@ def main() -> None:
     help="Per worker, lookups for packets of unknown clients.",
 )
 @env_option(
+    "--first-packet-rate",
+    env="FIRST_PACKET_RATE",
+    type=int,
+    default=500,
+    show_default=True,
+    help="Per worker, STUN first packets per second one source /24 (IPv4) or /64 (IPv6) may "
+    "send before their hint's HMAC is checked; bursts of twice that. 16384 prefixes are tracked; "
+    "beyond, new prefixes share one such budget.",
+)
+@env_option(
     "--deny-network",
     "deny_networks",
     env="DENY_NETWORKS",
@@ -332,6 +342,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         redis_url=opts["redis_url"],
         redis_timeout_ms=int(opts["redis_timeout_ms"]),
         redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
+        first_packet_rate_per_s=int(opts["first_packet_rate"]),
         deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
         + parse_networks("--deny-network", opts["deny_networks"] or ()),
         allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),

@@ -115,6 +115,10 @@ class RelayConfig:
     redis_url: str | None = None
     redis_timeout_ms: int = 50
     redis_lookups_per_s: int = 200
+    # STUN first packets (before the hint's ~9 us HMAC) per source /24 or /64 and second, per
+    # worker, bursts of twice that; prefixes tracked at once (beyond: one shared budget).
+    first_packet_rate_per_s: int = 500
+    first_packet_prefixes: int = 16384
     # Client addresses never admitted nor sent to (relay.addresspolicy): the built-in ranges plus
     # --deny-network; --allow-network exceptions win.
     deny_networks: tuple[Network, ...] = field(
@@ -170,6 +174,7 @@ class RelayConfig:
             ("--max-flows-per-hint", lim.max_flows_per_hint),
             ("--idle-ttl", lim.idle_ttl_s),
             ("--max-hint-age", self.max_hint_age_s),
+            ("--first-packet-rate", self.first_packet_rate_per_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

@@ -21,6 +21,9 @@ DROP_REASONS = (
     "no_flow",  # non-STUN packet from a client without a flow
     "not_confirmed",  # non-STUN packet from a client whose flow is still pending
     "empty_or_oversize",
+    "denied_address",  # client address in a --deny-network range: no flow, in either direction
+    "first_packet_rate",  # the source /24 or /64 sent STUN first packets over --first-packet-rate
+    "first_packet_overflow",  # the prefix table is full and the prefixes beyond it over theirs
     "stun_malformed",  # not a well-formed Binding request with FINGERPRINT and USERNAME
     "bad_username",  # USERNAME is not "<server ufrag>:<client ufrag>"
     "hint_malformed",
@@ -31,7 +34,6 @@ DROP_REASONS = (
     "hint_future",
     "wrong_cluster",
     "unknown_transceiver",  # transceiver id not in the allowlist
-    "denied_address",  # client address in a --deny-network range: no flow, in either direction
     "pending_ufrag_limit",  # the hint's budget of new pending flows is spent
     "unknown_peer",  # internal packet from an address outside the allowlist
     "encap_malformed",

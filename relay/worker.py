@@ -50,6 +50,7 @@ from relay.mmsg import (
     sockaddr_bytes,
 )
 from relay.peerkey import PeerKeys
+from relay.ratelimit import KeyedBuckets
 
 HEADER_STRIDE = 24  # bytes reserved per encapsulation header (IPv6 needs 22)
 SLOT_SIZE = 2048  # larger than any datagram a WebRTC peer sends; a full slot means truncation
@@ -101,6 +102,12 @@ class Worker:
         self.control = control
         self.flows = FlowTable(config.limits)
         self.policy = AddressPolicy(config.deny_networks, config.allow_networks)
+        # Before the HMAC of a hint (~9 us): per source prefix, a bounded table; a spoofed flood
+        # from more prefixes than it holds shares one overflow budget (relay.ratelimit).
+        rate = config.first_packet_rate_per_s
+        self.first_packets = KeyedBuckets(
+            rate, 2 * rate, config.first_packet_prefixes, overflow=True
+        )
         self.family = config.family
         fam = self.family
         batch = config.batch_size
@@ -221,6 +228,7 @@ class Worker:
             ):
                 self.ctr[C.REDIS_OPS + i] = value
         flows.expire_pending(now)
+        self.first_packets.prune(now)
         if now >= self._next_confirmed_sweep:
             self._free(flows.expire_confirmed(now))
             self._next_confirmed_sweep = now + max(
@@ -271,6 +279,11 @@ class Worker:
         if self._denied(key):  # before any table is touched: it never gets a flow
             ctr[_DROP["denied_address"]] += 1
             return None
+        prefix = self.keys.prefix(key)
+        if not self.first_packets.allow(prefix, self.now):
+            known = prefix in self.first_packets
+            ctr[_DROP["first_packet_rate" if known else "first_packet_overflow"]] += 1
+            return None
         try:
             username = binding_request_username(data[start : start + length])
         except StunError:
@@ -295,7 +308,7 @@ class Worker:
             ctr[_DROP["unknown_transceiver"]] += 1
             return None
         try:
-            self.flows.admit(key, self.keys.prefix(key), ufrag, target.tid, self.now)
+            self.flows.admit(key, prefix, ufrag, target.tid, self.now)
         except FlowLimitError as exc:
             ctr[_DROP[exc.reason]] += 1
             return None

@@ -36,8 +36,11 @@ def drain(sock: socket.socket) -> list[bytes]:
 
 
 def make_worker(
-    targets: dict[int, tuple[str, int]], allow: tuple[str, ...] = LOOPBACK_NETWORKS
+    targets: dict[int, tuple[str, int]],
+    allow: tuple[str, ...] = LOOPBACK_NETWORKS,
+    **config: object,
 ) -> tuple[Worker, Keyring]:
+    """A worker on real loopback sockets, driven by calling its methods (no loop, no clock)."""
     keyring = Keyring.generate(1)
     cfg = RelayConfig(
         listen=("127.0.0.1", 0),
@@ -48,6 +51,7 @@ def make_worker(
         transceivers=targets,
         workers=1,
         allow_networks=parse_networks("--allow-network", allow),
+        **config,  # type: ignore[arg-type]
     ).validate()
     ((public, internal),) = open_sockets(cfg)
     control = ControlBlock(capacity=1 << 16)

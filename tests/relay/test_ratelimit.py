@@ -1,9 +1,10 @@
-"""Rate limits as plain objects: a bucket per key, bounded tables, what a full table does."""
+"""Rate limits and bounded tables as plain objects: a bucket per key, what a full table does."""
 
 from __future__ import annotations
 
 import pytest
 
+from relay.flowcache import NegativeCache
 from relay.ratelimit import KeyedBuckets, TokenBucket
 
 
@@ -72,3 +73,13 @@ def test_single_token_bucket():
     t = TokenBucket(rate_per_s=10, burst=2)
     assert [t.allow(0.0) for _ in range(3)] == [True, True, False]
     assert t.allow(0.1)
+
+
+def test_the_redis_negative_cache_is_bounded_and_forgets_after_its_ttl():
+    cache = NegativeCache(ttl_s=5, capacity=3)
+    for key in range(3):
+        cache.add(key, now=0)
+    assert cache.fresh(0, now=4) and not cache.fresh(0, now=5), "expired after its TTL"
+    cache.add(9, now=0)
+    cache.add(10, now=0)  # full: cleared rather than grown
+    assert len(cache.until) == 1 and 10 in cache

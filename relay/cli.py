@@ -91,7 +91,8 @@ def main() -> None:
     "--keyring-json",
     env="KEYRING_JSON",
     default=None,
-    help="Hint keyring JSON given inline instead of --keyring.",
+    help="Hint keyring JSON given inline instead of --keyring. Set it through the environment "
+    "(RTCEDGE_KEYRING_JSON), not on the command line, which every local user can read (ps).",
 )
 @env_option(
     "--transceiver",

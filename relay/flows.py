@@ -122,8 +122,8 @@ class FlowTable:
         # Oldest first, like ``pending`` itself (insertion order is age order).
         self._pending_of_ufrag: dict[str, dict[Hashable, None]] = {}
         self._pending_of_prefix: dict[bytes, dict[Hashable, None]] = {}
-        # [n]: the hints holding n pending flows, in the order they got there; the last level is
-        # never empty, so the busiest hint is found in O(1).
+        # [n]: the hints holding n pending flows, in the order they got there ([0] stays empty).
+        # Empty levels above the busiest are dropped, so the busiest hint is found in O(1).
         self._ufrags_holding: list[dict[str, None]] = [{}]
         self.hint_budgets = KeyedBuckets(
             1 / limits.pending_ufrag_refill_s,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from relay.addresspolicy import LOOPBACK_NETWORKS
 from relay.mmsg import set_buffers
 
 
@@ -102,6 +103,11 @@ class RelayProcess:
     host: str = "127.0.0.1"
     public_host: str | None = None  # the listen address family may differ from the internal one
     keyring: Keyring = field(default_factory=lambda: Keyring.generate(1))
+    # Read by the relay from this file (``--keyring``) instead of the environment, e.g. to test
+    # a SIGHUP reload. Either way the secret never appears on the command line (``ps``).
+    keyring_path: str | None = None
+    # Local mode: loopback clients are allowed past the relay's built-in denied ranges.
+    allow_networks: tuple[str, ...] = LOOPBACK_NETWORKS
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
     quiet: bool = True  # capture stderr (tests); False lets the child log to ours
@@ -136,18 +142,30 @@ class RelayProcess:
             str(self.workers),
             "--cluster",
             str(self.cluster),
-            "--keyring-json",
-            self.keyring.to_json(),
             "--metrics",
             f"{self.host}:{self.metrics_port}",
             "--pin" if self.pin else "--no-pin",
         ]
+        if self.keyring_path:
+            args += ["--keyring", self.keyring_path]
+        for network in self.allow_networks:
+            args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
             args += ["--transceiver", f"{tid}={h}:{p}"]
         return args + self.extra_args
 
-    def start(self, timeout_s: float = 10.0) -> RelayProcess:
+    def environment(self) -> dict[str, str]:
+        """The child's environment: ours without RTCEDGE_*, plus the keyring unless in a file.
+
+        A command line is world-readable (``ps``, /proc/PID/cmdline); the environment is not.
+        """
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
+        if not self.keyring_path:
+            env["RTCEDGE_KEYRING_JSON"] = self.keyring.to_json()
+        return env
+
+    def start(self, timeout_s: float = 10.0) -> RelayProcess:
+        env = self.environment()
         stderr = subprocess.PIPE if self.quiet else None
         self.proc = subprocess.Popen(self.command(), env=env, stderr=stderr)
         deadline = time.monotonic() + timeout_s

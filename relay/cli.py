@@ -8,11 +8,13 @@ from typing import Any
 import click
 
 from common.options import env_option, setup_logging
+from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
     ConfigError,
     RelayConfig,
     parse_host_port,
     parse_id_range,
+    parse_networks,
     parse_transceiver,
     redis_password,
 )
@@ -33,6 +35,9 @@ Examples:
   RTCEDGE_KEYRING=/secrets/keyring.json relay serve \\
       --transceiver-dns 'rtcedge-transceiver-{id}.rtcedge-transceiver:5000' \\
       --transceiver-ids 0-15
+\b
+  # clients on a private network (on premises, VPN): allow it past the built-in denials
+  relay serve ... --allow-network 10.20.0.0/16
 \b
 Every option can also be set by the environment variable shown in brackets.
 SIGHUP reloads the keyring and the allowlist; SIGTERM stops.
@@ -88,7 +93,8 @@ def main() -> None:
     "--keyring-json",
     env="KEYRING_JSON",
     default=None,
-    help="Hint keyring JSON given inline instead of --keyring.",
+    help="Hint keyring JSON given inline instead of --keyring. Set it through the environment "
+    "(RTCEDGE_KEYRING_JSON), not on the command line, which every local user can read (ps).",
 )
 @env_option(
     "--transceiver",
@@ -132,7 +138,8 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_flows,
     show_default=True,
-    help="Pending flows per worker.",
+    help="Pending flows per worker; a full table evicts the oldest pending flow of the hint "
+    "holding the most.",
 )
 @env_option(
     "--max-pending-per-ufrag",
@@ -140,7 +147,16 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_per_ufrag,
     show_default=True,
-    help="Pending flows one hint may open.",
+    help="Pending flows one hint may open at once; then one more per --pending-ufrag-refill.",
+)
+@env_option(
+    "--pending-ufrag-refill",
+    env="PENDING_UFRAG_REFILL",
+    type=int,
+    default=_defaults.pending_ufrag_refill_s,
+    show_default=True,
+    help="Seconds for a hint to earn back one pending flow (a call that rebinds its NAT needs "
+    "one now and then).",
 )
 @env_option(
     "--max-pending-per-prefix",
@@ -148,7 +164,8 @@ def main() -> None:
     type=int,
     default=_defaults.max_pending_per_prefix,
     show_default=True,
-    help="Pending flows per source /24 (IPv4) or /64 (IPv6).",
+    help="Pending flows per source /24 (IPv4) or /64 (IPv6); at the cap the prefix's oldest "
+    "is evicted.",
 )
 @env_option(
     "--pending-ttl",
@@ -164,7 +181,25 @@ def main() -> None:
     type=int,
     default=_defaults.max_confirmed_flows,
     show_default=True,
-    help="Confirmed flows per worker.",
+    help="Confirmed flows per worker; a full table evicts the flow idle longest.",
+)
+@env_option(
+    "--max-flows-per-transceiver",
+    env="MAX_FLOWS_PER_TRANSCEIVER",
+    type=int,
+    default=_defaults.max_flows_per_transceiver,
+    show_default=True,
+    help="Confirmed flows per worker of one transceiver (its sessions x their client "
+    "addresses); at the cap its flow idle longest is evicted.",
+)
+@env_option(
+    "--max-flows-per-hint",
+    env="MAX_FLOWS_PER_HINT",
+    type=int,
+    default=_defaults.max_flows_per_hint,
+    show_default=True,
+    help="Confirmed flows per worker of one session's hint (a session has ~4 client addresses "
+    "at most); at the cap its flow idle longest is evicted.",
 )
 @env_option(
     "--idle-ttl",
@@ -243,6 +278,35 @@ def main() -> None:
     help="Per worker, lookups for packets of unknown clients.",
 )
 @env_option(
+    "--first-packet-rate",
+    env="FIRST_PACKET_RATE",
+    type=int,
+    default=500,
+    show_default=True,
+    help="Per worker, STUN first packets per second one source /24 (IPv4) or /64 (IPv6) may "
+    "send before their hint's HMAC is checked; bursts of twice that. 16384 prefixes are tracked; "
+    "beyond, new prefixes share one such budget.",
+)
+@env_option(
+    "--deny-network",
+    "deny_networks",
+    env="DENY_NETWORKS",
+    multiple=True,
+    help="Client CIDR the relay never admits a flow from nor sends to, in addition to the "
+    "built-in special-purpose ranges (loopback, private RFC 1918/100.64/10/fc00::/7, "
+    "link-local, multicast, reserved, documentation, IPv4-mapped; docs/relay.md). Repeatable; "
+    "env: comma separated.",
+)
+@env_option(
+    "--allow-network",
+    "allow_networks",
+    env="ALLOW_NETWORKS",
+    multiple=True,
+    help="Client CIDR allowed even though a denied range holds it, e.g. 10.0.0.0/8 when "
+    "clients reach the relay over a private network, 127.0.0.0/8 on one machine. Wins over "
+    "--deny-network. Repeatable; env: comma separated.",
+)
+@env_option(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -291,9 +355,12 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         limits=FlowLimits(
             max_pending_flows=int(opts["max_pending_flows"]),
             max_pending_per_ufrag=int(opts["max_pending_per_ufrag"]),
+            pending_ufrag_refill_s=int(opts["pending_ufrag_refill"]),
             max_pending_per_prefix=int(opts["max_pending_per_prefix"]),
             pending_ttl_s=int(opts["pending_ttl"]),
             max_confirmed_flows=int(opts["max_flows"]),
+            max_flows_per_transceiver=int(opts["max_flows_per_transceiver"]),
+            max_flows_per_hint=int(opts["max_flows_per_hint"]),
             idle_ttl_s=int(opts["idle_ttl"]),
         ),
         max_hint_age_s=int(opts["max_hint_age"]),
@@ -307,4 +374,8 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         ),
         redis_timeout_ms=int(opts["redis_timeout_ms"]),
         redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
+        first_packet_rate_per_s=int(opts["first_packet_rate"]),
+        deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
+        + parse_networks("--deny-network", opts["deny_networks"] or ()),
+        allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
     ).validate()

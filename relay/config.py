@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
 
@@ -70,6 +71,21 @@ def parse_id_range(option: str, text: str) -> tuple[int, ...]:
     return tuple(sorted(set(ids)))
 
 
+def parse_networks(option: str, values: Iterable[str]) -> tuple[Network, ...]:
+    """CIDRs from a repeated option, each value possibly comma or space separated (the
+    environment's form); a host address with a prefix length (10.0.0.1/8) is refused as a typo."""
+    networks = []
+    for value in values:
+        for item in value.replace(",", " ").split():
+            try:
+                networks.append(ipaddress.ip_network(item, strict=True))
+            except ValueError as exc:
+                raise ConfigError(
+                    option, f"{item!r} is not a network in CIDR form ({exc})"
+                ) from None
+    return tuple(networks)
+
+
 def address_family(option: str, host: str) -> int:
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
@@ -122,6 +138,16 @@ class RelayConfig:
     redis_auth: RedisAuth = field(default_factory=RedisAuth)
     redis_timeout_ms: int = 50
     redis_lookups_per_s: int = 200
+    # STUN first packets (before the hint's ~9 us HMAC) per source /24 or /64 and second, per
+    # worker, bursts of twice that; prefixes tracked at once (beyond: one shared budget).
+    first_packet_rate_per_s: int = 500
+    first_packet_prefixes: int = 16384
+    # Client addresses never admitted nor sent to (relay.addresspolicy): the built-in ranges plus
+    # --deny-network; --allow-network exceptions win.
+    deny_networks: tuple[Network, ...] = field(
+        default_factory=lambda: parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
+    )
+    allow_networks: tuple[Network, ...] = ()
 
     @property
     def family(self) -> int:
@@ -169,11 +195,15 @@ class RelayConfig:
         for option, value in (
             ("--max-pending-flows", lim.max_pending_flows),
             ("--max-pending-per-ufrag", lim.max_pending_per_ufrag),
+            ("--pending-ufrag-refill", lim.pending_ufrag_refill_s),
             ("--max-pending-per-prefix", lim.max_pending_per_prefix),
             ("--pending-ttl", lim.pending_ttl_s),
             ("--max-flows", lim.max_confirmed_flows),
+            ("--max-flows-per-transceiver", lim.max_flows_per_transceiver),
+            ("--max-flows-per-hint", lim.max_flows_per_hint),
             ("--idle-ttl", lim.idle_ttl_s),
             ("--max-hint-age", self.max_hint_age_s),
+            ("--first-packet-rate", self.first_packet_rate_per_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

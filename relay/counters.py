@@ -13,12 +13,17 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from relay.flows import EVICTIONS
+
 DIRECTIONS = ("client_to_transceiver", "transceiver_to_client")
 
 DROP_REASONS = (
     "no_flow",  # non-STUN packet from a client without a flow
     "not_confirmed",  # non-STUN packet from a client whose flow is still pending
     "empty_or_oversize",
+    "denied_address",  # client address in a --deny-network range: no flow, in either direction
+    "first_packet_rate",  # the source /24 or /64 sent STUN first packets over --first-packet-rate
+    "first_packet_overflow",  # the prefix table is full and the prefixes beyond it over theirs
     "stun_malformed",  # not a well-formed Binding request with FINGERPRINT and USERNAME
     "bad_username",  # USERNAME is not "<server ufrag>:<client ufrag>"
     "hint_malformed",
@@ -29,10 +34,7 @@ DROP_REASONS = (
     "hint_future",
     "wrong_cluster",
     "unknown_transceiver",  # transceiver id not in the allowlist
-    "pending_full",
-    "pending_ufrag_limit",
-    "pending_prefix_limit",
-    "flows_full",
+    "pending_ufrag_limit",  # the hint's budget of new pending flows is spent
     "unknown_peer",  # internal packet from an address outside the allowlist
     "encap_malformed",
     "wrong_family",  # encapsulated client address of the other IP family
@@ -67,7 +69,8 @@ REDIS_RESULTS = (
     ("any", "error"),
     ("any", "dropped"),
 )
-SLOTS = REDIS_OPS + len(REDIS_RESULTS)
+FLOWS_EVICTED = REDIS_OPS + len(REDIS_RESULTS)  # + index in relay.flows.EVICTIONS
+SLOTS = FLOWS_EVICTED + len(EVICTIONS)
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -131,6 +134,11 @@ class RelayCollector:
             "Flow cache operations by result (the cache is optional).",
             labels=["worker", "op", "result"],
         )
+        evicted = CounterMetricFamily(
+            "rtcedge_relay_flows_evicted",
+            "Flows evicted from a full table (the one of that scope idle longest) to make room.",
+            labels=["worker", "table", "scope"],
+        )
         active = GaugeMetricFamily(
             "rtcedge_relay_flows_active", "Flows in the tables now.", labels=["worker", "table"]
         )
@@ -154,6 +162,8 @@ class RelayCollector:
             restored.add_metric([name, "redis"], b[FLOWS_RESTORED_REDIS])
             for i, (op, result) in enumerate(REDIS_RESULTS):
                 redis_ops.add_metric([name, op, result], b[REDIS_OPS + i])
+            for i, (table, scope) in enumerate(EVICTIONS):
+                evicted.add_metric([name, table, scope], b[FLOWS_EVICTED + i])
             active.add_metric([name, "pending"], b[FLOWS_ACTIVE_PENDING])
             active.add_metric([name, "confirmed"], b[FLOWS_ACTIVE_CONFIRMED])
             cumulative, buckets = 0, []
@@ -162,5 +172,6 @@ class RelayCollector:
                 buckets.append((str(bound), cumulative))
             batch.add_metric([name], buckets, b[BATCH_SUM])
             b.release()
-        yield from (packets, octets, drops, created, expired, restored, redis_ops, active, batch)
+        yield from (packets, octets, drops, created, expired, evicted, restored, redis_ops)
+        yield from (active, batch)
         yield from self.state.metrics()  # type: ignore[attr-defined]

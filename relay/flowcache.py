@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import redis
 
+from relay.ratelimit import TokenBucket
+
 log = logging.getLogger("rtcedge.relay")
 
 MAX_QUEUED = 10_000
@@ -41,27 +43,6 @@ BATCH = 256
 
 def redis_key(cluster: int, client: tuple[str, int]) -> str:
     return f"rtcedge:{cluster}:flow:{client[0]}:{client[1]}"
-
-
-@dataclass
-class TokenBucket:
-    """Allows ``rate_per_s`` operations per second with bursts of ``burst``."""
-
-    rate_per_s: float
-    burst: float
-    tokens: float = 0.0
-    updated: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.tokens = self.burst
-
-    def allow(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate_per_s)
-        self.updated = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 @dataclass

@@ -33,10 +33,11 @@ from common import encap
 from common.hint import HintError, HintVerifier
 from common.stun import StunError, binding_request_username, server_ufrag
 from relay import counters as C
+from relay.addresspolicy import AddressPolicy
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.flowcache import RedisFlowCache
-from relay.flows import ConfirmedFlow, FlowLimitError, FlowTable
+from relay.flows import EVICTIONS, ConfirmedFlow, FlowLimitError, FlowTable
 from relay.journal import FlowJournal
 from relay.mmsg import (
     ADDR_SLICE,
@@ -49,6 +50,7 @@ from relay.mmsg import (
     sockaddr_bytes,
 )
 from relay.peerkey import PeerKeys
+from relay.ratelimit import KeyedBuckets
 
 HEADER_STRIDE = 24  # bytes reserved per encapsulation header (IPv6 needs 22)
 SLOT_SIZE = 2048  # larger than any datagram a WebRTC peer sends; a full slot means truncation
@@ -99,6 +101,13 @@ class Worker:
         self.journal = journal
         self.control = control
         self.flows = FlowTable(config.limits)
+        self.policy = AddressPolicy(config.deny_networks, config.allow_networks)
+        # Before the HMAC of a hint (~9 us): per source prefix, a bounded table; a spoofed flood
+        # from more prefixes than it holds shares one overflow budget (relay.ratelimit).
+        rate = config.first_packet_rate_per_s
+        self.first_packets = KeyedBuckets(
+            rate, 2 * rate, config.first_packet_prefixes, overflow=True
+        )
         self.family = config.family
         fam = self.family
         batch = config.batch_size
@@ -167,8 +176,7 @@ class Worker:
                 target.set_address(host, port)
         for tid in [t for t in self.targets if t not in routing.transceivers]:
             del self.targets[tid]
-            for flow in self.flows.remove_target(tid):
-                self.journal.clear(flow.slot)
+            self._free(self.flows.remove_target(tid))
         self.peers = {t.peer_key: t for t in self.targets.values()}
 
     def poll_control(self) -> None:
@@ -184,7 +192,10 @@ class Worker:
         for slot, raw, tid in self.journal.attach():
             key = self.keys.from_bytes(raw)
             target = self.targets.get(tid)
-            flow = self.flows.restore(key, tid, self.now) if target else None
+            flow = None
+            if target is not None and not self._denied(key):
+                flow, evicted = self.flows.restore(key, tid, self.now)
+                self._free(evicted)
             if flow is None:
                 self.journal.clear(slot)
                 continue
@@ -201,12 +212,12 @@ class Worker:
         flows = self.flows
         confirmed = flows.confirmed
         cache = self.cache
-        rewrite_after = self.config.limits.idle_ttl_s // 2
-        for key in self.refreshed:
-            flow = confirmed.get(key)
-            if flow is not None:
-                flow.last_seen = now
-                if cache is not None and now - flow.stored_at >= rewrite_after:
+        flows.refresh(self.refreshed, now)
+        if cache is not None:
+            rewrite_after = self.config.limits.idle_ttl_s // 2
+            for key in self.refreshed:
+                flow = confirmed.get(key)
+                if flow is not None and now - flow.stored_at >= rewrite_after:
                     flow.stored_at = now
                     cache.store(key, self.keys.host_port(key), flow.target_id)
         self.refreshed.clear()
@@ -217,9 +228,9 @@ class Worker:
             ):
                 self.ctr[C.REDIS_OPS + i] = value
         flows.expire_pending(now)
+        self.first_packets.prune(now)
         if now >= self._next_confirmed_sweep:
-            for flow in flows.expire_confirmed(now):
-                self.journal.clear(flow.slot)
+            self._free(flows.expire_confirmed(now))
             self._next_confirmed_sweep = now + max(
                 1, self.config.limits.idle_ttl_s // CONFIRMED_SWEEPS_PER_TTL
             )
@@ -230,8 +241,14 @@ class Worker:
         ctr[C.FLOWS_EXPIRED_CONFIRMED] = flows.expired_confirmed
         ctr[C.FLOWS_ACTIVE_PENDING] = len(flows.pending)
         ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
+        for i, scope in enumerate(EVICTIONS):
+            ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
 
     # -- flow set-up (slow path) -----------------------------------------------------------------
+    def _denied(self, key: Hashable) -> bool:
+        """Is this client's address one the relay never admits nor sends to (--deny-network)?"""
+        return self.policy.denies(self.keys.port_and_address(key)[1])
+
     def _write_header(self, addr: int, key: Hashable) -> None:
         """Encapsulation header for the client ``key`` (a client -> transceiver packet's)."""
         port, address = self.keys.port_and_address(key)
@@ -259,10 +276,13 @@ class Worker:
             if self.cache is not None:  # a relay restart? Redis may know the flow
                 self.cache.lookup(key, self.keys.host_port(key), time.monotonic())
             return None
-        if self.flows.pending_full and key not in self.flows.pending:
-            # Under a flood of new flows, refuse before parsing or HMAC: ~1 us, not ~10 us,
-            # so the socket keeps draining and live calls are not dropped in the kernel.
-            ctr[_DROP["pending_full"]] += 1
+        if self._denied(key):  # before any table is touched: it never gets a flow
+            ctr[_DROP["denied_address"]] += 1
+            return None
+        prefix = self.keys.prefix(key)
+        if not self.first_packets.allow(prefix, self.now):
+            known = prefix in self.first_packets
+            ctr[_DROP["first_packet_rate" if known else "first_packet_overflow"]] += 1
             return None
         try:
             username = binding_request_username(data[start : start + length])
@@ -288,7 +308,7 @@ class Worker:
             ctr[_DROP["unknown_transceiver"]] += 1
             return None
         try:
-            self.flows.admit(key, self.keys.prefix(key), ufrag, target.tid, self.now)
+            self.flows.admit(key, prefix, ufrag, target.tid, self.now)
         except FlowLimitError as exc:
             ctr[_DROP[exc.reason]] += 1
             return None
@@ -296,42 +316,48 @@ class Worker:
         self._write_header(addr, key)
         return _WIRE_WORDS.pack(target.ptr, addr)
 
-    def _confirm(self, key: Hashable, target: Target) -> None:
-        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it."""
-        try:
-            flow, changed = self.flows.confirm(key, target.tid, self.now)
-        except FlowLimitError:
-            self.ctr[_DROP["flows_full"]] += 1
-            return
+    def _confirm(self, key: Hashable, target: Target) -> bool:
+        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it.
+
+        False means refused: the caller must drop the packet, not send it.
+        """
+        if key not in self.flows.confirmed and self._denied(key):
+            self.ctr[_DROP["denied_address"]] += 1
+            return False
+        flow, changed, evicted = self.flows.confirm(key, target.tid, self.now)
+        self._free(evicted)  # first: the newcomer may take an evicted flow's journal slot
         if changed:
             self._journal_and_wire(key, flow, target)
+            if self.cache is not None:
+                flow.stored_at = self.now
+                self.cache.store(key, self.keys.host_port(key), target.tid)
+        return True
+
+    def _free(self, flows: list[ConfirmedFlow]) -> None:
+        """Release the journal slots (and so the header slots) of flows that left the table."""
+        for flow in flows:
+            self.journal.clear(flow.slot)
 
     def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> None:
         flow.slot = self.journal.write(self.keys.to_bytes(key), target.tid, flow.slot)
-        if flow.slot < 0:  # cannot happen while the journal is as large as the table
-            del self.flows.confirmed[key]
-            self.ctr[_DROP["flows_full"]] += 1
-            return
+        if flow.slot < 0:
+            # The table never holds more flows than the journal has slots, and every flow that
+            # leaves frees its slot. A restarted worker rebuilds both from the journal.
+            raise RuntimeError("flow journal full: out of step with the flow table")
         flow.wire = self._flow_wire(key, target, flow.slot)
-        if self.cache is not None:
-            flow.stored_at = self.now
-            self.cache.store(key, self.keys.host_port(key), target.tid)
 
     def restore_from_cache(self) -> None:
         """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
         assert self.cache is not None
         for key, tid in self.cache.take_results(time.monotonic()):
             target = self.targets.get(tid)
-            if target is None or key in self.flows.confirmed:
+            if target is None or key in self.flows.confirmed or self._denied(key):
                 continue
-            flow = self.flows.restore(key, tid, self.now)
+            flow, evicted = self.flows.restore(key, tid, self.now)
+            self._free(evicted)
             if flow is None:
                 continue
-            flow.slot = self.journal.write(self.keys.to_bytes(key), tid)
-            if flow.slot < 0:
-                del self.flows.confirmed[key]
-                continue
-            flow.wire = self._flow_wire(key, target, flow.slot)
+            self._journal_and_wire(key, flow, target)
             self.ctr[C.FLOWS_RESTORED_REDIS] += 1
 
     # -- hot path --------------------------------------------------------------------------------
@@ -444,12 +470,14 @@ class Worker:
             keys = self.keys.batch(sb.names_q, n)
             flows = list(map(self.flows.confirmed.get, keys))
             if None in flows or list(map(_TARGET_ID, flows)) != list(map(_TID, targets)):
-                for key, target, flow in zip(keys, targets, flows, strict=True):
-                    if flow is None or flow.target_id != target.tid:
-                        self._confirm(key, target)
-            self.refreshed.update(keys)
-            sb.iov[1 : n * 2 : 2] = array("Q", map(sub, lens, repeat(hl, n)))
-            k, nbytes = n, sum(lens) - n * hl
+                # A new or re-pointed flow needs a decision that may refuse it (a denied
+                # address): only the per-packet path can drop that one packet.
+                k, nbytes = self._transceivers_one_by_one(n, targets, lens)
+                compacted = True
+            else:
+                self.refreshed.update(keys)
+                sb.iov[1 : n * 2 : 2] = array("Q", map(sub, lens, repeat(hl, n)))
+                k, nbytes = n, sum(lens) - n * hl
         ctr = self.ctr
         if k:
             failed = sb.send(self.public_fd, k)
@@ -495,7 +523,8 @@ class Worker:
             key = from_sockaddr(bytes(snames[d : d + 24]))
             flow = self.flows.confirmed.get(key)
             if flow is None or flow.target_id != target.tid:
-                self._confirm(key, target)
+                if not self._confirm(key, target):
+                    continue
             else:
                 self.refreshed.add(key)
             siov[k * 2] = rb.data_addr + base + hl

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,8 +32,11 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_call():
-    silent = udp_client()  # transceiver B: allowlisted, never answers the flood
+@contextlib.contextmanager
+def relay_with_a_silent_transceiver() -> Iterator[tuple[StandInTransceiver, RelayProcess]]:
+    """Transceiver 1 answers (a live call's); transceiver 2 is allowlisted and never answers
+    (the one the attacker's hints name, so their flows stay pending)."""
+    silent = udp_client()
     with (
         StandInTransceiver(1) as peer,
         RelayProcess(
@@ -40,6 +45,12 @@ def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_ca
             extra_args=["--max-pending-flows", str(PENDING_CAP)],
         ) as relay,
     ):
+        yield peer, relay
+    silent.close()
+
+
+def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_call():
+    with relay_with_a_silent_transceiver() as (peer, relay):
         call = udp_client()
         call.sendto(hint_request(relay.keyring, relay.cluster, 1)[0], relay.address)
         assert len(collect([call], 1)[call]) == 1
@@ -75,7 +86,7 @@ def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_ca
         spoofer.close()
 
         assert sent >= 150
-        assert peer.malformed == [], (call.getsockname(), silent.getsockname(), len(peer.malformed))
+        assert peer.malformed == [], (call.getsockname(), len(peer.malformed))
         drops = {
             line
             for line in relay.http("/metrics")[1].splitlines()
@@ -86,10 +97,64 @@ def test_flood_of_new_flows_from_spoofed_sources_is_bounded_and_spares_a_live_ca
         assert wait_for(lambda: relay.metric("rtcedge_relay_flows_active", table="confirmed"), 1)
         pending = relay.metric("rtcedge_relay_flows_active", table="pending")
         assert 0 < pending <= PENDING_CAP
-        assert relay.metric("rtcedge_relay_dropped_packets_total", reason="pending_full") > 0
+        assert relay.metric("rtcedge_relay_flows_evicted_total", table="pending") > 0
         out_after = relay.metric("rtcedge_relay_packets_total", direction="transceiver_to_client")
         assert out_after - out_before == received, "nothing was sent toward a spoofed source"
         assert rss_kib(worker) - rss_before < 10_000, "memory stays flat"
+
+
+def test_harvested_hints_from_spoofed_sources_cannot_block_a_new_caller():
+    """Issue 8 #5: 64 valid hints x 8 spoofed sources kept the pending table full; on main every
+    new caller's check was then refused (``pending_full``) until the attack stopped."""
+    with relay_with_a_silent_transceiver() as (_, relay):
+        hints = [hint_request(relay.keyring, relay.cluster, 2)[0] for _ in range(64)]
+        rng = random.Random(2)
+        spoofer = SpoofingSender()
+        stop = threading.Event()
+        rounds = 0
+
+        def attack() -> None:
+            nonlocal rounds
+            while not stop.is_set():
+                for request in hints:
+                    for _ in range(8):
+                        src = (
+                            f"127.{rng.randrange(1, 255)}.{rng.randrange(256)}.1",
+                            40000 + rounds,
+                        )
+                        spoofer.send(src, relay.address, request)
+                rounds += 1
+                stop.wait(0.3)  # ~1700 requests/s: 4x what kept 4096 slots full on main
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        try:
+            assert wait_for(
+                lambda: relay.metric("rtcedge_relay_flows_active", table="pending"), PENDING_CAP
+            ), "the attack fills the pending table"
+            caller = udp_client()
+            request = hint_request(relay.keyring, relay.cluster, 1)[0]
+            answered = []
+            for _ in range(10):  # an ICE agent retransmits its check
+                caller.sendto(request, relay.address)
+                answered = collect([caller], 1, timeout_s=0.2)[caller]
+                if answered:
+                    break
+            assert answered, "the new caller's check reached its transceiver and came back"
+            caller.sendto(b"\x80media", relay.address)
+            assert collect([caller], 1)[caller] == [b"T1:\x80media"], "and its media flows"
+            assert relay.metric("rtcedge_relay_flows_active", table="pending") <= PENDING_CAP
+        finally:
+            stop.set()
+            attacker.join()
+            spoofer.close()
+        assert rounds >= 3
+        # A hint opens its burst (8) and then one pending flow per 10 s, however often it is sent.
+        assert relay.metric("rtcedge_relay_flows_created_total", table="pending") <= 64 * 9 + 1
+        assert relay.metric("rtcedge_relay_dropped_packets_total", reason="pending_ufrag_limit") > 0
+        assert (
+            relay.metric("rtcedge_relay_flows_evicted_total", table="pending", scope="worker") > 0
+        )
 
 
 @pytest.mark.parametrize("first", [0, 1, 2, 3, 20, 22, 63, 64, 127, 128, 191, 200, 255])

@@ -8,7 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from common.hint import Keyring
-from relay.cli import main
+from relay.addresspolicy import AddressPolicy
+from relay.cli import build_config, main, serve
+from relay.config import parse_networks
 
 KEYRING = Keyring.generate(1).to_json()
 BASE = ["serve", "--keyring-json", KEYRING, "--transceiver", "0=127.0.0.1:5000", "--metrics", "off"]
@@ -38,6 +40,8 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--batch", "1000"], "--batch"),
         (["--metrics", "localhost"], "--metrics"),
         (["--keyring", "/nonexistent/keyring.json"], "--keyring"),
+        (["--deny-network", "10.0.0.300/8"], "--deny-network"),
+        (["--allow-network", "127.0.0.1/8"], "--allow-network"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):
@@ -77,3 +81,31 @@ def test_help_shows_examples_and_environment_names():
     result = run(["serve", "--help"])
     assert result.exit_code == 0
     assert "Examples:" in result.output and "RTCEDGE_LISTEN" in result.output
+
+
+def parsed(args: list[str]):
+    """The RelayConfig a command line (and the environment) would start with."""
+    return build_config(serve.make_context("serve", [*BASE[1:], *args]).params)
+
+
+def test_network_options_add_denials_and_exceptions_also_from_the_environment(monkeypatch):
+    default = parsed([])
+    assert AddressPolicy(default.deny_networks).denies(bytes([127, 0, 0, 1]))
+    assert not default.allow_networks
+    monkeypatch.setenv("RTCEDGE_DENY_NETWORKS", "8.8.8.0/24,2001:4860::/32")
+    monkeypatch.setenv("RTCEDGE_ALLOW_NETWORKS", "127.0.0.0/8, ::1/128")
+    cfg = parsed([])
+    assert set(cfg.deny_networks) - set(default.deny_networks) == set(
+        parse_networks("-", ["8.8.8.0/24", "2001:4860::/32"])
+    ), "added to the built-in ranges, not instead of them"
+    assert [str(n) for n in cfg.allow_networks] == ["127.0.0.0/8", "::1/128"]
+    policy = AddressPolicy(cfg.deny_networks, cfg.allow_networks)
+    assert policy.denies(bytes([8, 8, 8, 8])) and not policy.denies(bytes([127, 0, 0, 1]))
+    result = run(BASE, env={"RTCEDGE_ALLOW_NETWORKS": "127.0.0.0/8,bogus"})
+    assert result.exit_code == 2 and "--allow-network" in result.output
+
+
+def test_help_names_the_network_options():
+    text = " ".join(run(["serve", "--help"]).output.split())
+    for words in ("--deny-network", "RTCEDGE_DENY_NETWORKS", "--allow-network", "Wins over"):
+        assert words in text

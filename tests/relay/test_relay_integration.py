@@ -211,9 +211,9 @@ def test_sighup_rotates_keys_without_dropping_flows(tmp_path, standins):
     old = Keyring.generate(1)
     path = tmp_path / "keyring.json"
     path.write_text(old.to_json())
-    r = RelayProcess({p.tid: p.address for p in standins}, workers=1, keyring=old)
-    r.extra_args = ["--keyring", str(path)]
-    r.command = _without_keyring_json(r.command)  # type: ignore[method-assign]
+    r = RelayProcess(
+        {p.tid: p.address for p in standins}, workers=1, keyring=old, keyring_path=str(path)
+    )
     with r:
         live = udp_client()
         open_flows(r, [live], [0])
@@ -234,15 +234,6 @@ def test_sighup_rotates_keys_without_dropping_flows(tmp_path, standins):
         live.sendto(b"\x80still here", r.address)
         assert collect([live], 1)[live] == [b"T0:\x80still here"], "the old flow survived"
         assert wait_for(lambda: r.metric("rtcedge_relay_flows_active", table="confirmed"), 2)
-
-
-def _without_keyring_json(command):
-    def patched() -> list[str]:
-        args = command()
-        i = args.index("--keyring-json")
-        return args[:i] + args[i + 2 :]
-
-    return patched
 
 
 def test_ipv6_clients_through_an_ipv4_internal_network(standins):

@@ -8,12 +8,15 @@ import time
 from bench.peers import free_port, hint_request
 from common import encap
 from common.hint import Keyring
-from relay.config import RelayConfig
+from relay.addresspolicy import LOOPBACK_NETWORKS
+from relay.config import RelayConfig, parse_networks
 from relay.control import ControlBlock, RoutingConfig
-from relay.counters import CounterArea
+from relay.counters import DROP_INDEX, DROPS, CounterArea
 from relay.journal import FlowJournal
 from relay.supervisor import open_sockets
 from relay.worker import Worker
+
+DROP_SLOT = {reason: DROPS + i for reason, i in DROP_INDEX.items()}
 
 
 def udp(timeout_s: float = 0.2) -> socket.socket:
@@ -32,7 +35,12 @@ def drain(sock: socket.socket) -> list[bytes]:
         return got
 
 
-def make_worker(targets: dict[int, tuple[str, int]]) -> tuple[Worker, Keyring]:
+def make_worker(
+    targets: dict[int, tuple[str, int]],
+    allow: tuple[str, ...] = LOOPBACK_NETWORKS,
+    **config: object,
+) -> tuple[Worker, Keyring]:
+    """A worker on real loopback sockets, driven by calling its methods (no loop, no clock)."""
     keyring = Keyring.generate(1)
     cfg = RelayConfig(
         listen=("127.0.0.1", 0),
@@ -42,6 +50,8 @@ def make_worker(targets: dict[int, tuple[str, int]]) -> tuple[Worker, Keyring]:
         keyring_json=keyring.to_json(),
         transceivers=targets,
         workers=1,
+        allow_networks=parse_networks("--allow-network", allow),
+        **config,  # type: ignore[arg-type]
     ).validate()
     ((public, internal),) = open_sockets(cfg)
     control = ControlBlock(capacity=1 << 16)
@@ -101,3 +111,29 @@ def test_transceiver_batches_with_bad_headers_keep_every_payload_with_its_client
         got = drain(c)
         assert len(got) == 60
         assert all(p.startswith(b"\x80to%d-" % n) for p in got)
+
+
+def test_a_transceiver_batch_naming_a_denied_client_drops_only_those_packets():
+    transceiver = udp()
+    worker, _ = make_worker({1: transceiver.getsockname()}, allow=("127.0.0.1/32",))
+    clients = [udp() for _ in range(3)]  # new flows: the batch needs decisions
+    confirm(worker, clients[0], 1)  # and one flow that exists already
+    victim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    victim.bind(("127.0.0.9", 0))  # denied: 127.0.0.0/8 without this worker's exception
+    victim.settimeout(0.2)
+    internal = worker.internal.getsockname()
+    for i in range(40):
+        for n, c in enumerate(clients):
+            transceiver.sendto(
+                encap.encapsulate(b"\x80to%d-%d" % (n, i), *c.getsockname()), internal
+            )
+        transceiver.sendto(encap.encapsulate(b"\x80reflected", *victim.getsockname()), internal)
+    time.sleep(0.05)
+    while worker._from_transceivers():
+        pass
+    assert drain(victim) == [], "nothing was sent to the denied address"
+    for n, c in enumerate(clients):
+        got = drain(c)
+        assert len(got) == 40 and all(p.startswith(b"\x80to%d-" % n) for p in got)
+    assert worker.ctr[DROP_SLOT["denied_address"]] == 40
+    assert len(worker.flows.confirmed) == 3

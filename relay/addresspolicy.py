@@ -60,6 +60,14 @@ DEFAULT_DENY_NETWORKS: tuple[str, ...] = (
 
 # The ranges a loopback-only setup (``rtcedge up``, tests, benchmarks) must allow.
 LOOPBACK_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+# And those of a LAN, for ``rtcedge up`` tried from a phone on the same Wi-Fi.
+PRIVATE_NETWORKS: tuple[str, ...] = (
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",
+)
 
 
 class _Ranges:

@@ -14,6 +14,7 @@ import threading
 import click
 
 from bench.peers import RelayProcess, TransceiverProcess
+from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
 from relay.config import ConfigError, parse_host_port
 
 
@@ -55,7 +56,15 @@ def up(
         relay_host, relay_port = parse_host_port("--relay", relay_addr)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    relay = RelayProcess({}, workers=workers, host=relay_host, quiet=False)
+    # Local mode: loopback and LAN clients pass the relay's denied ranges (a deployed relay
+    # refuses them: relay/addresspolicy.py).
+    relay = RelayProcess(
+        {},
+        workers=workers,
+        host=relay_host,
+        quiet=False,
+        allow_networks=LOOPBACK_NETWORKS + PRIVATE_NETWORKS,
+    )
     relay.port = relay_port
     # Only the relay's internal sockets (on relay_host) may send encapsulated datagrams.
     extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay_host]

@@ -95,7 +95,8 @@ class Harness:
             self.deliver(slot, data, addr)
 
         ice = SimpleNamespace(datagram_received=datagram_received)
-        slot.session = SimpleNamespace(id=session_id, ice=ice)
+        lifecycle = SimpleNamespace(check_received=lambda now: None)
+        slot.session = SimpleNamespace(id=session_id, ice=ice, lifecycle=lifecycle)
         self.demux.add(slot.ufrag, slot.password, slot.session)
 
     def deliver(self, slot: script.Slot, data: bytes, addr: tuple) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 ENV_PREFIX = "RTCEDGE_"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"
@@ -20,3 +21,19 @@ def env_option(*names: str, env: str, **kw: Any) -> Callable[[Any], Any]:
 def setup_logging(level: str) -> None:
     """One log format for every process; the pid tells workers apart."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
+
+def refuse_secrets_on_command_line(ctx: click.Context, secrets: dict[str, str]) -> None:
+    """Fail at start when a secret option (parameter name -> option) came from the command line.
+
+    Every local user reads a process's arguments (``ps``, /proc/PID/cmdline); the environment
+    (``RTCEDGE_*``, e.g. from a Kubernetes Secret) or a 0600 file is readable by its owner only.
+    """
+    for name, option in secrets.items():
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            env = next(p.envvar for p in ctx.command.params if p.name == name)
+            hint = " or --keyring FILE" if name == "keyring_json" else ""
+            raise click.UsageError(
+                f"{option}: a secret on the command line is readable by every local user: "
+                f"set {env}{hint}"
+            )

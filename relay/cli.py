@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from common.options import env_option, setup_logging
+from common.options import env_option, refuse_secrets_on_command_line, setup_logging
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
     ConfigError,
@@ -94,7 +94,8 @@ def main() -> None:
     env="KEYRING_JSON",
     default=None,
     help="Hint keyring JSON given inline instead of --keyring. Set it through the environment "
-    "(RTCEDGE_KEYRING_JSON), not on the command line, which every local user can read (ps).",
+    "(RTCEDGE_KEYRING_JSON): on the command line, which every local user can read (ps), it is "
+    "refused.",
 )
 @env_option(
     "--transceiver",
@@ -316,6 +317,7 @@ def main() -> None:
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
     setup_logging(str(opts["log_level"]))
+    refuse_secrets_on_command_line(click.get_current_context(), {"keyring_json": "--keyring-json"})
     try:
         config = build_config(opts)
         from relay.supervisor import Supervisor

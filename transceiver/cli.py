@@ -12,9 +12,8 @@ from typing import Any
 
 import click
 from aiohttp import web
-from click.core import ParameterSource
 
-from common.options import ENV_PREFIX, env_option, setup_logging
+from common.options import ENV_PREFIX, env_option, refuse_secrets_on_command_line, setup_logging
 from transceiver.config import ConfigError, TransceiverConfig, parse_host_port
 from transceiver.tokens import mint, parse_secrets
 
@@ -246,8 +245,8 @@ def main() -> None:
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
     setup_logging(str(opts["log_level"]))
+    refuse_secrets_on_command_line(click.get_current_context(), SECRET_OPTIONS)
     try:
-        refuse_secrets_on_command_line(click.get_current_context())
         config = build_config(opts)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -257,17 +256,6 @@ def serve(**opts: Any) -> None:
         asyncio.run(run(config))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def refuse_secrets_on_command_line(ctx: click.Context) -> None:
-    for name, option in SECRET_OPTIONS.items():
-        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
-            env = next(p.envvar for p in ctx.command.params if p.name == name)
-            raise ConfigError(
-                option,
-                f"a secret on the command line is readable by every local user: set {env}"
-                + (" or --keyring FILE" if name == "keyring_json" else ""),
-            )
 
 
 def token_secrets(opts: dict[str, Any]) -> tuple[bytes, ...]:

@@ -13,11 +13,11 @@ from relay.cli import build_config, main, serve
 from relay.config import parse_networks
 
 KEYRING = Keyring.generate(1).to_json()
-BASE = ["serve", "--keyring-json", KEYRING, "--transceiver", "0=127.0.0.1:5000", "--metrics", "off"]
+BASE = ["serve", "--transceiver", "0=127.0.0.1:5000", "--metrics", "off"]
 
 
 def run(args: list[str], env: dict[str, str] | None = None):
-    return CliRunner().invoke(main, args, env=env or {})
+    return CliRunner().invoke(main, args, env={"RTCEDGE_KEYRING_JSON": KEYRING, **(env or {})})
 
 
 @pytest.mark.parametrize(
@@ -51,14 +51,20 @@ def test_bad_option_fails_at_start_naming_it(args, option):
 
 
 def test_keyring_must_be_given_and_valid():
-    result = run(["serve", "--transceiver", "0=127.0.0.1:5000"])
+    result = run(["serve", "--transceiver", "0=127.0.0.1:5000"], {"RTCEDGE_KEYRING_JSON": ""})
     assert result.exit_code == 2 and "--keyring" in result.output
-    result = run(["serve", "--keyring-json", "{}", "--transceiver", "0=127.0.0.1:5000"])
+    result = run(["serve", "--transceiver", "0=127.0.0.1:5000"], {"RTCEDGE_KEYRING_JSON": "{}"})
     assert result.exit_code == 2 and "--keyring-json" in result.output
 
 
+def test_the_keyring_is_refused_on_the_command_line():
+    result = run(["serve", "--keyring-json", KEYRING, "--transceiver", "0=127.0.0.1:5000"])
+    assert result.exit_code == 2
+    assert "--keyring-json" in result.output and "RTCEDGE_KEYRING_JSON" in result.output
+
+
 def test_transceivers_are_required():
-    result = run(["serve", "--keyring-json", KEYRING])
+    result = run(["serve"])
     assert result.exit_code == 2 and "--transceiver" in result.output
 
 
@@ -85,7 +91,7 @@ def test_help_shows_examples_and_environment_names():
 
 def parsed(args: list[str]):
     """The RelayConfig a command line (and the environment) would start with."""
-    return build_config(serve.make_context("serve", [*BASE[1:], *args]).params)
+    return build_config(serve.make_context("serve", [*BASE[1:], "--keyring", "k", *args]).params)
 
 
 def test_network_options_add_denials_and_exceptions_also_from_the_environment(monkeypatch):

@@ -242,7 +242,8 @@ def test_the_password_stays_out_of_reprs_and_log_lines():
 
 
 def test_cli_reads_the_password_from_the_environment_and_refuses_a_ca_without_tls(monkeypatch):
-    base = ["--keyring-json", "{}", "--transceiver", "0=127.0.0.1:5000", "--metrics", "off"]
+    routing = ["--transceiver", "0=127.0.0.1:5000", "--metrics", "off"]
+    base = ["--keyring-json", "{}", *routing]  # parsed only: the CLI refuses a secret in argv
     serve = relay_main.commands["serve"]
     monkeypatch.setenv("RTCEDGE_REDIS_PASSWORD", PASSWORD)
     ctx = serve.make_context("serve", [*base, "--redis-url", "rediss://r:6380/0"])
@@ -251,7 +252,7 @@ def test_cli_reads_the_password_from_the_environment_and_refuses_a_ca_without_tl
     assert PASSWORD not in repr(config)
     result = CliRunner().invoke(
         relay_main,
-        ["serve", *base, "--redis-url", "redis://r:6379/0", "--redis-ca-file", "/ca.pem"],
-        env={"RTCEDGE_REDIS_PASSWORD": PASSWORD},
+        ["serve", *routing, "--redis-url", "redis://r:6379/0", "--redis-ca-file", "/ca.pem"],
+        env={"RTCEDGE_REDIS_PASSWORD": PASSWORD, "RTCEDGE_KEYRING_JSON": "{}"},
     )
     assert result.exit_code == 2 and "--redis-ca-file" in result.output

@@ -13,8 +13,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.hint import Keyring
-from relay.config import ConfigError, RelayConfig, parse_host_port
+from common.config import ConfigError, load_keyring, parse_host_port
+from relay.config import RelayConfig
 from relay.control import RoutingConfig
 
 Resolver = Callable[[str, int, int], str]
@@ -78,19 +78,6 @@ class AllowlistResolver:
                         self.config.dns_grace_s,
                     )
         return dict(self.known)
-
-
-def load_keyring(path: str | None, inline_json: str | None) -> Keyring:
-    """The keyring from ``--keyring FILE`` or ``--keyring-json``; ConfigError names the option."""
-    try:
-        if inline_json:
-            return Keyring.from_json(inline_json)
-        if not path:
-            raise ValueError("no keyring given")
-        return Keyring.load(path)
-    except (OSError, ValueError) as exc:
-        option = "--keyring-json" if inline_json else "--keyring"
-        raise ConfigError(option, f"cannot load keyring: {exc}") from exc
 
 
 def load_routing(config: RelayConfig, resolver: AllowlistResolver, now: float) -> RoutingConfig:

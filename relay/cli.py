@@ -7,12 +7,11 @@ from typing import Any
 
 import click
 
+from common.config import ConfigError, parse_host_port
 from common.options import env_option, refuse_secrets_on_command_line, setup_logging
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
-    ConfigError,
     RelayConfig,
-    parse_host_port,
     parse_id_range,
     parse_networks,
     parse_transceiver,

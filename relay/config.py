@@ -1,46 +1,20 @@
 """The relay's configuration: one typed object built once from the CLI/environment and validated.
 
-Every check raises ``ConfigError`` naming the command-line option, so a bad deployment fails at
-start with a message that says what to fix.
+Every check raises ``ConfigError`` (common.config) naming the command-line option, so a bad
+deployment fails at start with a message that says what to fix.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from common.config import ConfigError, address_family, parse_host_port
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
-
-
-class ConfigError(ValueError):
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
-
-
-def parse_host_port(option: str, text: str) -> tuple[str, int]:
-    """'127.0.0.1:3478', '[::1]:3478' or 'name:port' -> (host, port)."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host:
-        raise ConfigError(option, f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConfigError(
-            option, f"write IPv6 addresses in brackets, e.g. [::1]:3478 (got {text!r})"
-        )
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError(option, f"port must be a number, got {port!r}") from None
-    if not 0 <= port_n <= 65535:
-        raise ConfigError(option, f"port {port_n} out of range 0..65535")
-    return host, port_n
 
 
 def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
@@ -84,13 +58,6 @@ def parse_networks(option: str, values: Iterable[str]) -> tuple[Network, ...]:
                     option, f"{item!r} is not a network in CIDR form ({exc})"
                 ) from None
     return tuple(networks)
-
-
-def address_family(option: str, host: str) -> int:
-    try:
-        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        raise ConfigError(option, f"{host!r} is not an IP address literal") from None
 
 
 def redis_password(path: str | None, environ: Mapping[str, str]) -> str | None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from common.config import ConfigError
 from relay.allowlist import AllowlistResolver, load_routing
-from relay.config import ConfigError, RelayConfig
+from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CONFIG_GENERATION, CounterArea
 from relay.journal import FlowJournal

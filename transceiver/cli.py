@@ -13,8 +13,9 @@ from typing import Any
 import click
 from aiohttp import web
 
+from common.config import ConfigError, parse_host_port
 from common.options import ENV_PREFIX, env_option, refuse_secrets_on_command_line, setup_logging
-from transceiver.config import ConfigError, TransceiverConfig, parse_host_port
+from transceiver.config import TransceiverConfig
 from transceiver.tokens import mint, parse_secrets
 
 log = logging.getLogger("rtcedge.transceiver")

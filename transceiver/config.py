@@ -1,6 +1,7 @@
 """The transceiver's configuration: one typed object, built once from the CLI/environment.
 
-Validation raises ``ConfigError`` naming the option, so a bad deployment fails at start.
+Validation raises ``ConfigError`` (common.config) naming the option, so a bad deployment fails
+at start.
 """
 
 from __future__ import annotations
@@ -8,11 +9,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from relay.config import ConfigError, address_family, parse_host_port
+from common.config import ConfigError, address_family
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.tokens import MIN_SECRET_BYTES
-
-__all__ = ["ConfigError", "TransceiverConfig", "parse_host_port"]
 
 
 @dataclass(frozen=True)

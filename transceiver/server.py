@@ -19,11 +19,11 @@ from typing import Any
 from aioice import stun as aioice_stun
 
 from common import encap, stun
+from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
-from relay.allowlist import load_keyring
 from relay.mmsg import set_buffers
 from transceiver.backend import Backend, create_backend
-from transceiver.config import ConfigError, TransceiverConfig
+from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions
 from transceiver.metrics import TransceiverMetrics

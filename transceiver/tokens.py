@@ -33,7 +33,7 @@ from typing import Any
 
 import jwt
 
-from relay.config import ConfigError  # (transceiver.config re-exports it and imports us)
+from common.config import ConfigError
 
 AUDIENCE = "rtcedge-whip"  # a token the app signs for anything else is refused here
 MIN_SECRET_BYTES = 32

@@ -14,8 +14,8 @@ import threading
 import click
 
 from bench.peers import RelayProcess, TransceiverProcess
+from common.config import ConfigError, parse_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
-from relay.config import ConfigError, parse_host_port
 
 
 @click.command()

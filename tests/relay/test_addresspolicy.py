@@ -6,8 +6,9 @@ import ipaddress
 
 import pytest
 
+from common.config import ConfigError
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, LOOPBACK_NETWORKS, AddressPolicy
-from relay.config import ConfigError, parse_networks
+from relay.config import parse_networks
 
 
 def policy(deny=(), allow=(), defaults=True) -> AddressPolicy:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.config import ConfigError
 from relay.allowlist import AllowlistResolver
 from relay.cli import build_config
 from relay.cli import main as relay_main
-from relay.config import ConfigError, RelayConfig
+from relay.config import RelayConfig
 
 INTERVAL_S, GRACE_S = 10.0, 60.0
 

@@ -18,9 +18,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from bench.peers import RedisServer, RelayProcess, StandInTransceiver, hint_request
+from common.config import ConfigError
 from relay.cli import build_config
 from relay.cli import main as relay_main
-from relay.config import ConfigError, redis_password
+from relay.config import redis_password
 from relay.flowcache import RedisAuth
 from tests.relay.test_relay_integration import collect, udp_client, wait_for
 

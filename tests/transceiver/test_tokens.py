@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from transceiver.config import ConfigError
+from common.config import ConfigError
 from transceiver.tokens import (
     AUDIENCE,
     MAX_TOKEN_CHARS,

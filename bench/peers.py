@@ -29,8 +29,8 @@ from pathlib import Path
 
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from common.sockets import set_buffers
 from relay.addresspolicy import LOOPBACK_NETWORKS
-from relay.mmsg import set_buffers
 
 
 def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:

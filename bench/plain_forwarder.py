@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from relay.mmsg import set_buffers
+from common.sockets import set_buffers
 
 DEFAULT_BUFFER_BYTES = (
     4 << 20

@@ -1,1 +1,3 @@
-"""Shared sans-I/O codecs for rtcedge: packet classes, STUN, routing hints, encapsulation."""
+"""What the relay and the transceiver share: the sans-I/O wire codecs (packet classes, STUN,
+routing hints, encapsulation), configuration parsing, command-line options and socket setup.
+The bottom layer: imports nothing of ours but ``common``."""

@@ -151,18 +151,6 @@ class SendBatch:
         return failed
 
 
-SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # asm-generic/socket.h; not exported by Python
-
-
-def set_buffers(sock: socket.socket, size_bytes: int) -> None:
-    """Set SO_RCVBUF/SO_SNDBUF; as root beyond net.core.{r,w}mem_max (the *FORCE options)."""
-    for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size_bytes)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size_bytes)
-
-
 def sockaddr_bytes(family: int, host: str, port: int) -> bytes:
     """The raw ``struct sockaddr_in``/``sockaddr_in6`` bytes for an address literal."""
     fam = family.to_bytes(2, "little")

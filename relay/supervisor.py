@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from common.config import ConfigError
+from common.sockets import set_buffers
 from relay.allowlist import AllowlistResolver, load_routing
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CONFIG_GENERATION, CounterArea
 from relay.journal import FlowJournal
-from relay.mmsg import set_buffers
 from relay.worker import Worker
 
 log = logging.getLogger("rtcedge.relay")

@@ -21,7 +21,7 @@ from aioice import stun as aioice_stun
 from common import encap, stun
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
-from relay.mmsg import set_buffers
+from common.sockets import set_buffers
 from transceiver.backend import Backend, create_backend
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux

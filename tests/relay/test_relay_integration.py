@@ -15,7 +15,7 @@ import pytest
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
-from relay.mmsg import set_buffers
+from common.sockets import set_buffers
 
 CLIENTS = 200
 TRANSCEIVERS = (0, 1, 2)

@@ -2,7 +2,8 @@
 
 A relay (2 pinned workers) on one UDP port, one transceiver (echo backend by default) behind it,
 and the page served by the transceiver, all on loopback with a fresh keyring. It prints a line
-with ``ready`` once a call can be made; Ctrl-C or SIGTERM stops everything it started.
+with ``ready`` once a call can be made; Ctrl-C or SIGTERM stops everything it started. The
+processes are bench/'s peers, the ones the benchmarks and tests run.
 """
 
 from __future__ import annotations
@@ -14,48 +15,20 @@ import threading
 import click
 
 from bench.peers import RelayProcess, TransceiverProcess
-from common.config import ConfigError, parse_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
 
 
-@click.command()
-@click.option(
-    "--http",
-    default="127.0.0.1:8080",
-    show_default=True,
-    help="Where the page and WHIP are served.",
-)
-@click.option(
-    "--relay",
-    "relay_addr",
-    default="127.0.0.1:3478",
-    show_default=True,
-    help="The relay's public UDP address (the only one a browser sends media to).",
-)
-@click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
-@click.option(
-    "--backend", type=click.Choice(["echo", "websocket"]), default="echo", show_default=True
-)
-@click.option("--backend-url", default=None, help="ws:// URL for --backend websocket.")
-@click.option(
-    "--token-secret-file",
-    default=None,
-    help="Require signed tokens (see `transceiver token`); open the page with ?token=...",
-)
-def up(
-    http: str,
-    relay_addr: str,
+def run_local(
+    http: tuple[str, int],
+    relay_address: tuple[str, int],
     workers: int,
     backend: str,
     backend_url: str | None,
     token_secret_file: str | None,
 ) -> None:
-    """Run relay + transceiver + page locally; open the printed URL and press Talk."""
-    try:
-        http_host, http_port = parse_host_port("--http", http)
-        relay_host, relay_port = parse_host_port("--relay", relay_addr)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    """Start relay + transceiver, report ``ready``, stop both on a signal or when one exits."""
+    http_host, http_port = http
+    relay_host, relay_port = relay_address
     # Local mode: loopback and LAN clients pass the relay's denied ranges (a deployed relay
     # refuses them: relay/addresspolicy.py).
     relay = RelayProcess(

@@ -1,0 +1,2 @@
+"""The umbrella command ``rtcedge`` (keygen, up, bench): the top layer, over bench/, relay/,
+transceiver/ and common/; nothing imports it (pyproject.toml [tool.importlinter])."""

@@ -1,0 +1,137 @@
+"""``rtcedge``: the umbrella command over both services (keyring, the whole path on one machine,
+benchmarks); each service has its own command too (``relay``, ``transceiver``).
+
+``up`` and the benchmarks start the services as child processes through bench/ and load what they
+need (aiortc and av for the benchmarks) only when their subcommand runs: ``rtcedge keygen`` and
+``rtcedge --help`` stay light and work in the image, which holds no bench/ (.dockerignore).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import click
+
+from common.config import ConfigError, parse_host_port
+from common.hint import Keyring, KeyringError
+
+
+@click.group()
+def main() -> None:
+    """rtcedge: WebRTC ingress for real-time voice AI (relay + transceiver)."""
+
+
+@main.command()
+@click.option("--key-id", type=int, default=0, show_default=True, help="Key id, 0..15.")
+@click.option(
+    "--add-to",
+    type=click.File("r"),
+    default=None,
+    help="Existing keyring JSON: add a new key to it and make it the signing key (rotation).",
+)
+def keygen(key_id: int, add_to) -> None:  # type: ignore[no-untyped-def]
+    """Print a hint keyring as JSON (for a Kubernetes Secret or --keyring FILE)."""
+    try:
+        fresh = Keyring.generate(key_id)
+        if add_to is not None:
+            old = Keyring.from_json(add_to.read())
+            if key_id in old.keys:
+                raise click.BadParameter(
+                    f"key id {key_id} is already in the keyring", param_hint="--key-id"
+                )
+            fresh = Keyring({**old.keys, **fresh.keys}, key_id)
+    except (KeyringError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    sys.stdout.write(fresh.to_json() + "\n")
+
+
+@contextlib.contextmanager
+def from_checkout(command: str) -> Iterator[None]:
+    """Imports of bench/ inside: a clear message where it is not installed (the image)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name != "bench":
+            raise
+        raise click.ClickException(
+            f"`{command}` runs from a source checkout (pip install -e .): bench/ is not "
+            "installed here"
+        ) from None
+
+
+@main.command()
+@click.option(
+    "--http",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="Where the page and WHIP are served.",
+)
+@click.option(
+    "--relay",
+    "relay_addr",
+    default="127.0.0.1:3478",
+    show_default=True,
+    help="The relay's public UDP address (the only one a browser sends media to).",
+)
+@click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
+@click.option(
+    "--backend", type=click.Choice(["echo", "websocket"]), default="echo", show_default=True
+)
+@click.option("--backend-url", default=None, help="ws:// URL for --backend websocket.")
+@click.option(
+    "--token-secret-file",
+    default=None,
+    help="Require signed tokens (see `transceiver token`); open the page with ?token=...",
+)
+def up(
+    http: str,
+    relay_addr: str,
+    workers: int,
+    backend: str,
+    backend_url: str | None,
+    token_secret_file: str | None,
+) -> None:
+    """Run relay + transceiver + page locally; open the printed URL and press Talk."""
+    try:
+        http_address = parse_host_port("--http", http)
+        relay_address = parse_host_port("--relay", relay_addr)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    with from_checkout("rtcedge up"):
+        from rtcedge.up import run_local
+
+    run_local(http_address, relay_address, workers, backend, backend_url, token_secret_file)
+
+
+class Benchmarks(click.Group):
+    """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return ["recovery", "relay", "sessions"]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        with from_checkout(f"rtcedge bench {cmd_name}"):
+            if cmd_name == "relay":
+                from bench.relay_pps import relay_bench
+
+                return relay_bench
+            if cmd_name == "sessions":
+                from bench.sessions import sessions_bench
+
+                return sessions_bench
+            if cmd_name == "recovery":
+                from bench.recovery import recovery_bench
+
+                return recovery_bench
+        return None
+
+
+@main.group(cls=Benchmarks)
+def bench() -> None:
+    """Benchmarks that print ratios against references measured in the same run."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,2 @@
-"""Benchmarks and the real peers (relay process, stand-in transceivers) they and the tests use."""
+"""Benchmarks, and the real peers that they, ``rtcedge up`` and the tests run (relay and
+transceiver processes, stand-in transceivers, Redis, a NAT) and the benchmarks' aiortc callers."""

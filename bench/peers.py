@@ -1,4 +1,4 @@
-"""Real processes and sockets around a relay, shared by the tests and the benchmarks.
+"""Real processes and sockets around a relay: what the benchmarks, ``rtcedge up`` and tests run.
 
 - ``RelayProcess`` runs ``relay serve`` as a child process and finds its workers.
 - ``StandInTransceiver`` is the transceiver end of the encapsulation, minus WebRTC: it answers
@@ -18,7 +18,6 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -544,27 +543,3 @@ class NatProxy:
         self._thread.join(timeout=2)
         self.inside.close()
         self.outside.close()
-
-
-class SpoofingSender:
-    """Sends UDP datagrams with any IPv4 loopback source address and port (raw socket, root).
-
-    For abuse tests: floods from thousands of "clients" without thousands of sockets.
-    """
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-
-    def send(self, src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> None:
-        udp_len = 8 + len(payload)
-        udp = struct.pack("!HHHH", src[1], dst[1], udp_len, 0) + payload  # checksum 0: none
-        # Version/IHL, TOS, total length (kernel fills), id (kernel fills), flags/fragment, TTL,
-        # protocol UDP, checksum (kernel fills), source, destination.
-        ip = struct.pack(
-            "!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, socket.IPPROTO_UDP, 0,
-            socket.inet_aton(src[0]), socket.inet_aton(dst[0]),
-        )  # fmt: skip
-        self.sock.sendto(ip + udp, (dst[0], 0))
-
-    def close(self) -> None:
-        self.sock.close()

@@ -1,28 +1,24 @@
-"""A real aiortc WebRTC client for tests and benchmarks: WHIP offer, a tone, echo analysis.
+"""Real aiortc callers for the benchmarks (and tests): a tone, WHIP, the echo measured.
 
-Each client sends a sine tone of its own frequency and measures, in what comes back, the power
-at its own frequency against the power at the others' (Goertzel), so a test can tell "hears its
-own audio" from "hears someone else's". Runs as ``python -m bench.webrtc_client`` in its own
-process, printing one JSON line, or in-process through ``run_client``.
-
-For many clients per core (``bench/sessions.py``) there are cheaper parts: ``OpusToneTrack``
-hands aiortc a tone already encoded once at start-up, and ``EchoCounter`` counts the echo at the
-RTP level and checks the tone only on a sample of frames.
+A caller sends a sine tone of its own frequency and measures, in what comes back, the power at
+its own frequency (Goertzel), so "hears its own audio" is told from "hears someone else's".
+``EchoCaller`` records when each audible echo frame arrives (the recovery benchmark's gaps). For
+many callers per core (``bench/sessions.py``) there are cheaper parts: ``OpusToneTrack`` hands
+aiortc a tone already encoded once at start-up, and ``EchoCounter`` counts the echo at the RTP
+level and checks the tone only on a sample of frames. The tests' one-call client is
+tests/support/tone_call.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import array
 import asyncio
 import fractions
 import itertools
-import json
 import math
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 
 import aiohttp
 import aioice.ice
@@ -318,135 +314,3 @@ class EchoCounter:
             self.first_echo_at = time.monotonic()
         self.tone_checks += 1
         self.tone_checks_own += own
-
-
-@dataclass
-class ClientResult:
-    hz: float
-    connected: bool = False
-    error: str = ""
-    offer_to_connected_s: float | None = None
-    offer_to_first_echo_s: float | None = None
-    frames_received: int = 0
-    frames_with_own_tone: int = 0
-    frames_with_other_tone: int = 0
-    frames_expected: int = 0
-    events: list[dict] = field(default_factory=list)
-    location: str = ""
-    remote_candidate: str = ""
-
-
-async def run_client(
-    base_url: str,
-    hz: float,
-    seconds: float,
-    other_hz: list[float] | None = None,
-    delete: bool = True,
-    token: str | None = None,
-) -> ClientResult:
-    """One call: connect, send the tone for ``seconds``, analyse the echo, hang up."""
-    result = ClientResult(hz)
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    tone = ToneTrack(hz)
-    pc.addTrack(tone)
-    channel = pc.createDataChannel("events")
-    connected = asyncio.Event()
-    first_echo = asyncio.Event()
-    others = [f for f in (other_hz or []) if f != hz]
-    started = time.monotonic()
-
-    @pc.on("connectionstatechange")
-    def _state() -> None:
-        if pc.connectionState == "connected" and not connected.is_set():
-            result.offer_to_connected_s = time.monotonic() - started
-            connected.set()
-
-    @channel.on("message")
-    def _message(message: str) -> None:
-        result.events.append(json.loads(message))
-
-    @channel.on("open")
-    def _open() -> None:
-        channel.send(json.dumps({"type": "hello", "hz": hz}))
-
-    async def analyse(track: MediaStreamTrack) -> None:
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            for f in resampler.resample(frame):
-                samples = list(struct.unpack(f"<{f.samples}h", bytes(f.planes[0])[: f.samples * 2]))
-                result.frames_received += 1
-                own = goertzel_power(samples, hz)
-                total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
-                if own > 0.2 * total:
-                    result.frames_with_own_tone += 1
-                    if not first_echo.is_set():
-                        result.offer_to_first_echo_s = time.monotonic() - started
-                        first_echo.set()
-                if any(goertzel_power(samples, o) > 0.2 * total for o in others):
-                    result.frames_with_other_tone += 1
-
-    tasks: list[asyncio.Task] = []
-
-    @pc.on("track")
-    def _track(track: MediaStreamTrack) -> None:
-        tasks.append(asyncio.ensure_future(analyse(track)))
-
-    headers = {"Content-Type": "application/sdp"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        await pc.setLocalDescription(await pc.createOffer())
-        async with aiohttp.ClientSession() as http:
-            async with http.post(
-                f"{base_url}/whip", data=pc.localDescription.sdp, headers=headers
-            ) as resp:
-                body = await resp.text()
-                if resp.status != 201:
-                    result.error = f"POST {resp.status}: {body.strip()}"
-                    return result
-                result.location = resp.headers["Location"]
-            await pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
-            try:
-                await asyncio.wait_for(connected.wait(), 15)
-            except TimeoutError:
-                result.error = f"not connected: {pc.connectionState}"
-                return result
-            result.connected = True
-            pair = pc.sctp.transport.transport._connection._nominated.get(1)
-            if pair is not None:
-                result.remote_candidate = f"{pair.remote_addr[0]}:{pair.remote_addr[1]}"
-            measure_from = time.monotonic()
-            await asyncio.sleep(seconds)
-            result.frames_expected = int((time.monotonic() - measure_from) / 0.02)
-            if delete:
-                async with http.delete(f"{base_url}{result.location}", headers=headers) as resp:
-                    if resp.status != 200:
-                        result.error = f"DELETE {resp.status}"
-    finally:
-        for task in tasks:
-            task.cancel()
-        await pc.close()
-    return result
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--url", required=True, help="transceiver base URL, e.g. http://127.0.0.1:8080"
-    )
-    parser.add_argument("--hz", type=float, required=True)
-    parser.add_argument("--others", default="", help="comma-separated frequencies of other clients")
-    parser.add_argument("--seconds", type=float, default=2.0)
-    args = parser.parse_args()
-    loopback_only()
-    others = [float(x) for x in args.others.split(",") if x]
-    result = asyncio.run(asyncio.wait_for(run_client(args.url, args.hz, args.seconds, others), 60))
-    print(json.dumps(asdict(result)), flush=True)
-
-
-if __name__ == "__main__":
-    main()

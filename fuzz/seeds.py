@@ -3,7 +3,7 @@
     python -m fuzz.seeds
 
 Seeds are what the targets meet in production, so that mutation starts from deep inside the
-formats: the RFC 5769 vectors (from tests/common/test_stun.py), Binding requests carrying signed
+formats: the RFC 5769 vectors (tests/support/rfc5769.py), Binding requests carrying signed
 hints as a browser sends them, relay encapsulations, DTLS/RTP/RTCP first bytes, and scripts that
 authenticate clients before sending media (fuzz/script.py's format).
 """
@@ -18,7 +18,7 @@ from common import encap, stun
 from common.hint import Keyring, sign_hint
 from fuzz import script, stunref
 from fuzz.fixtures import HINT_SECRETS, HINT_T0_S, STUN_KEY
-from tests.common.test_stun import VECTORS
+from tests.support.rfc5769 import VECTORS
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 

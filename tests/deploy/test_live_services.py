@@ -40,9 +40,9 @@ def stack():
     relay.transceivers = {0: trx.media_address}  # the allowlist, once the media port is known
     with relay, trx:
         call = subprocess.run(
-            [sys.executable, "-m", "bench.webrtc_client", "--url", trx.url, "--hz", "440",
+            [sys.executable, "-m", "tests.support.tone_call", "--url", trx.url, "--hz", "440",
              "--seconds", "1"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
         )  # fmt: skip
         assert call.returncode == 0, call.stderr[-2000:]
         request = urllib.request.Request(f"{trx.url}/whip", data=b"x", method="POST")

@@ -11,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import (
-    RelayProcess,
-    SpoofingSender,
-    StandInTransceiver,
-    hint_request,
-    udp_drops,
-)
+from bench.peers import RelayProcess, StandInTransceiver, hint_request, udp_drops
 from common import stun
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from tests.support.loopback import SpoofingSender, collect, udp_client
+from tests.support.waits import wait_for
 
 FLOOD = 20_000
 PENDING_CAP = 256

@@ -7,7 +7,7 @@ from pathlib import Path
 from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from relay.allowlist import AllowlistResolver
 from relay.config import RelayConfig
-from tests.relay.test_relay_integration import collect, udp_client
+from tests.support.loopback import collect, udp_client
 
 
 def config(**kw) -> RelayConfig:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import socket
 
-from bench.peers import RelayProcess, SpoofingSender, StandInTransceiver, hint_request
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from bench.peers import RelayProcess, StandInTransceiver, hint_request
+from tests.support.loopback import SpoofingSender, collect, udp_client
+from tests.support.waits import wait_for
 
 VICTIM_HOST = "127.0.0.9"  # in the built-in 127.0.0.0/8 denial, outside this relay's exception
 

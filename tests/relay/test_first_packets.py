@@ -13,12 +13,13 @@ import secrets
 import socket
 import time
 
-from bench.peers import RelayProcess, SpoofingSender, StandInTransceiver, hint_request
+from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
 from relay.peerkey import PeerKeys
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
-from tests.relay.test_worker_batches import DROP_SLOT, drain, make_worker, udp
+from tests.support.loopback import SpoofingSender, collect, drain, udp, udp_client
+from tests.support.relay_worker import DROP_SLOT, make_worker
+from tests.support.waits import wait_for
 
 KEYRING = Keyring.generate(1)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 
-from bench.peers import RelayProcess, SpoofingSender, StandInTransceiver, hint_request
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from bench.peers import RelayProcess, StandInTransceiver, hint_request
+from tests.support.loopback import SpoofingSender, collect, udp_client
+from tests.support.waits import wait_for
 
 ATTACKER_HINTS = 12
 PORTS_PER_HINT = 10

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from tests.support.loopback import collect, udp_client
+from tests.support.waits import wait_for
 
 
 def test_pending_flow_forwards_only_stun_until_the_transceiver_answers():

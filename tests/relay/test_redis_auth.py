@@ -23,7 +23,8 @@ from relay.cli import build_config
 from relay.cli import main as relay_main
 from relay.config import redis_password
 from relay.flowcache import RedisAuth
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from tests.support.loopback import collect, udp_client
+from tests.support.waits import wait_for
 
 PASSWORD = "correct-horse-7f3a9c"
 WRONG = "wrong-battery-41d2e8"

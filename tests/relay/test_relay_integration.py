@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import secrets
-import select
 import signal
 import socket
 import time
@@ -15,35 +14,11 @@ import pytest
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
-from common.sockets import set_buffers
+from tests.support.loopback import collect, udp_client
+from tests.support.waits import wait_for
 
 CLIENTS = 200
 TRANSCEIVERS = (0, 1, 2)
-
-
-def udp_client() -> socket.socket:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    set_buffers(s, 1 << 20)
-    s.bind(("127.0.0.1", 0))
-    s.setblocking(False)
-    return s
-
-
-def collect(socks: list[socket.socket], want: int, timeout_s: float = 5.0) -> dict:
-    """Read from ``socks`` until ``want`` datagrams arrived or the timeout passed."""
-    got: dict[socket.socket, list[bytes]] = {s: [] for s in socks}
-    total = 0
-    deadline = time.monotonic() + timeout_s
-    while total < want and time.monotonic() < deadline:
-        ready, _, _ = select.select(socks, [], [], 0.05)
-        for s in ready:
-            while True:
-                try:
-                    got[s].append(s.recv(4096))
-                    total += 1
-                except BlockingIOError:
-                    break
-    return got
 
 
 @pytest.fixture
@@ -108,15 +83,6 @@ def test_200_clients_reach_their_own_transceiver_and_back(relay, standins):
     assert wait_for(lambda: relay.metric("rtcedge_relay_flows_active", table="confirmed"), CLIENTS)
     for c in clients:
         c.close()
-
-
-def wait_for(read, expected, timeout_s: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while read() != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _rejected(relay: RelayProcess, standins, first_packet: bytes, reason: str) -> None:

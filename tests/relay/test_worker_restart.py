@@ -7,7 +7,8 @@ import signal
 import time
 
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
+from tests.support.loopback import collect, udp_client
+from tests.support.waits import wait_for
 
 CLIENTS = 60
 

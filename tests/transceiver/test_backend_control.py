@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.webrtc_client import run_client
-from tests.transceiver.conftest import direct_config, run, running
+from tests.support.inprocess import direct_config, running
+from tests.support.tone_call import run_client
+from tests.support.waits import run
 from transceiver.audio import BackendAudioTrack
 from transceiver.backend import FRAME_BYTES, Backend, BackendSession
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from bench.peers import RelayProcess, TransceiverProcess
 
 TONES = [440.0, 660.0, 880.0, 1100.0, 1320.0]
+REPO = Path(__file__).resolve().parents[2]  # where ``-m tests.support...`` is found
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +28,12 @@ def run_clients(url: str, seconds: float) -> list[dict]:
     others = ",".join(str(t) for t in TONES)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.webrtc_client", "--url", url, "--hz", str(hz),
+            [sys.executable, "-m", "tests.support.tone_call", "--url", url, "--hz", str(hz),
              "--others", others, "--seconds", str(seconds)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            cwd=REPO,
         )
         for hz in TONES
     ]  # fmt: skip

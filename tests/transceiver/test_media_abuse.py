@@ -8,9 +8,10 @@ import random
 import secrets
 import socket
 
-from bench.webrtc_client import run_client
 from common import encap, stun
-from tests.transceiver.conftest import direct_config, run, running
+from tests.support.inprocess import direct_config, running
+from tests.support.tone_call import run_client
+from tests.support.waits import run
 from transceiver.demux import MAX_ADDRESSES
 
 FIRST_BYTES = [0, 1, 2, 3, 20, 22, 63, 128, 144, 191, 255]

@@ -16,7 +16,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import VideoStreamTrack
 
 from bench.webrtc_client import EchoTimes, ToneTrack
-from tests.transceiver.conftest import direct_config, run, running
+from tests.support.inprocess import direct_config, running
+from tests.support.waits import run
 
 
 class SmallVideo(VideoStreamTrack):

@@ -7,8 +7,7 @@ import time
 
 from bench.peers import NatProxy, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
-from tests.relay.test_relay_integration import wait_for
-from tests.transceiver.conftest import run
+from tests.support.waits import run, wait_for
 
 
 def test_nat_rebinding_keeps_the_session_and_media_resumes_within_a_consent_interval():

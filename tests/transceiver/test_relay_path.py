@@ -14,8 +14,7 @@ import time
 
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
-from tests.relay.test_relay_integration import wait_for
-from tests.transceiver.conftest import run
+from tests.support.waits import run, wait_for
 
 TO_CLIENT = {"direction": "transceiver_to_client"}
 

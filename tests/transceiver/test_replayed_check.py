@@ -10,7 +10,6 @@ relay and a transceiver; the "capture" is a check we build with the session's cr
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 import time
 
@@ -19,18 +18,12 @@ from aiortc import RTCPeerConnection
 from bench.peers import NatProxy, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
 from common import stun
-from tests.relay.test_relay_integration import collect, udp_client, wait_for
-from tests.transceiver.conftest import run
-from tests.transceiver.test_whip import post
+from tests.support.loopback import collect, udp_client
+from tests.support.waits import run, wait_for
+from tests.support.whip import post, sdp_value
 
 # A session that never connects would hold the transceiver's SIGTERM for its ICE deadline.
 QUICK_EXIT = ["--drain-grace", "0"]
-
-
-def sdp_value(sdp: str, name: str) -> str:
-    found = re.search(rf"a={name}:(\S+)", sdp)
-    assert found, name
-    return found.group(1)
 
 
 async def captured_check(url: str) -> bytes:

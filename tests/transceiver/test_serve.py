@@ -21,10 +21,9 @@ import aiohttp
 import pytest
 
 from bench.peers import RelayProcess, TransceiverProcess
-from bench.webrtc_client import run_client
-from tests.relay.test_relay_integration import wait_for
-from tests.transceiver.conftest import run
-from tests.transceiver.test_whip import SDP, make_offer
+from tests.support.tone_call import run_client
+from tests.support.waits import run, wait_for
+from tests.support.whip import SDP, make_offer
 
 WARNING = "--relay-network is not set"
 SECRET = "an app backend's secret, 32 bytes or more"

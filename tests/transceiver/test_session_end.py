@@ -4,27 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bench.peers import RelayProcess, TransceiverProcess
-from bench.webrtc_client import ToneTrack, run_client
-from tests.transceiver.conftest import direct_config, run, running
-from tests.transceiver.test_whip import make_offer, post
-
-
-async def wait_until(predicate, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
-def ended(server, reason: str) -> float:
-    return server.metrics.sessions_ended.labels(reason)._value.get()
+from bench.webrtc_client import ToneTrack
+from tests.support.inprocess import direct_config, ended, running
+from tests.support.tone_call import run_client
+from tests.support.waits import run, wait_until
+from tests.support.whip import make_offer, post
 
 
 def test_offer_that_never_connects_ends_by_ice_timeout():

@@ -8,37 +8,16 @@ import socket
 import time
 
 import aiohttp
-from aiortc import RTCConfiguration, RTCPeerConnection
-from multidict import CIMultiDict
 
 from bench.peers import free_port
-from bench.webrtc_client import ToneTrack, run_client
-from tests.transceiver.conftest import direct_config, run, running
+from tests.support.inprocess import direct_config, running
+from tests.support.tone_call import run_client
+from tests.support.waits import run
+from tests.support.whip import SDP, make_offer, post
 from transceiver.backend import Backend, SessionInfo, create_backend
 from transceiver.tokens import mint
 
-SDP = {"Content-Type": "application/sdp"}
 SECRET = b"0123456789abcdef0123456789abcdef"
-
-
-async def make_offer(audio: bool = True, data: bool = True) -> str:
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    if audio:
-        pc.addTrack(ToneTrack(440))
-    if data:
-        pc.createDataChannel("events")
-    await pc.setLocalDescription(await pc.createOffer())
-    sdp = pc.localDescription.sdp
-    await pc.close()
-    return sdp
-
-
-async def post(url: str, body: str | bytes, headers=SDP) -> tuple[int, str, dict]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{url}/whip", data=body, headers=headers) as r,
-    ):
-        return r.status, await r.text(), CIMultiDict(r.headers)
 
 
 def test_answer_has_location_etag_and_only_the_advertised_candidate():

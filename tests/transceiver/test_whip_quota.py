@@ -16,10 +16,9 @@ import socket
 import time
 
 from common import stun
-from tests.transceiver.conftest import direct_config, run, running
-from tests.transceiver.test_replayed_check import sdp_value
-from tests.transceiver.test_session_end import ended, wait_until
-from tests.transceiver.test_whip import SDP, make_offer, post
+from tests.support.inprocess import direct_config, ended, running
+from tests.support.waits import run, wait_until
+from tests.support.whip import SDP, make_offer, post, sdp_value
 
 ATTACKER = {**SDP, "X-Forwarded-For": "198.51.100.7"}
 CALLER = {**SDP, "X-Forwarded-For": "203.0.113.9"}

@@ -1,0 +1,78 @@
+"""UDP on loopback for the tests: clients, reading what arrives within a bound, spoofed sources."""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import time
+
+from common.sockets import set_buffers
+
+
+def udp_client() -> socket.socket:
+    """A non-blocking client with 1 MiB buffers, read with ``collect`` (bursts of many flows)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    set_buffers(s, 1 << 20)
+    s.bind(("127.0.0.1", 0))
+    s.setblocking(False)
+    return s
+
+
+def collect(socks: list[socket.socket], want: int, timeout_s: float = 5.0) -> dict:
+    """Read from ``socks`` until ``want`` datagrams arrived or the timeout passed."""
+    got: dict[socket.socket, list[bytes]] = {s: [] for s in socks}
+    total = 0
+    deadline = time.monotonic() + timeout_s
+    while total < want and time.monotonic() < deadline:
+        ready, _, _ = select.select(socks, [], [], 0.05)
+        for s in ready:
+            while True:
+                try:
+                    got[s].append(s.recv(4096))
+                    total += 1
+                except BlockingIOError:
+                    break
+    return got
+
+
+def udp(timeout_s: float = 0.2) -> socket.socket:
+    """A blocking client whose reads give up after ``timeout_s``, read with ``drain``."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(timeout_s)
+    return s
+
+
+def drain(sock: socket.socket) -> list[bytes]:
+    """Everything queued at ``sock`` until one read times out."""
+    got = []
+    try:
+        while True:
+            got.append(sock.recv(4096))
+    except TimeoutError:
+        return got
+
+
+class SpoofingSender:
+    """Sends UDP datagrams with any IPv4 loopback source address and port (raw socket, root).
+
+    For abuse tests: floods from thousands of "clients" without thousands of sockets.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+
+    def send(self, src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> None:
+        udp_len = 8 + len(payload)
+        udp = struct.pack("!HHHH", src[1], dst[1], udp_len, 0) + payload  # checksum 0: none
+        # Version/IHL, TOS, total length (kernel fills), id (kernel fills), flags/fragment, TTL,
+        # protocol UDP, checksum (kernel fills), source, destination.
+        ip = struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, socket.IPPROTO_UDP, 0,
+            socket.inet_aton(src[0]), socket.inet_aton(dst[0]),
+        )  # fmt: skip
+        self.sock.sendto(ip + udp, (dst[0], 0))
+
+    def close(self) -> None:
+        self.sock.close()

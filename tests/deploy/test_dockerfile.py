@@ -116,8 +116,8 @@ def test_build_context_holds_only_what_the_wheel_needs():
     sent = build_context(ROOT)
     assert "pyproject.toml" in sent and "README.md" in sent
     assert "transceiver/static/index.html" in sent
-    assert "relay/worker.py" in sent and "common/hint.py" in sent
-    for left_out in (".git/", "tests/", "helm/", "docs/", ".ci/", "__pycache__/", "bench/results/"):
+    assert "relay/worker.py" in sent and "common/hint.py" in sent and "rtcedge/cli.py" in sent
+    for left_out in (".git/", "tests/", "helm/", "docs/", ".ci/", "__pycache__/", "bench/"):
         assert not [p for p in sent if p.startswith(left_out) or f"/{left_out}" in p], left_out
     assert not [p for p in sent if p.endswith(".pyc")]
 
@@ -150,15 +150,16 @@ def test_wheel_built_from_the_context_carries_every_module_and_the_page(tmp_path
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {
         p.relative_to(ROOT).as_posix()
-        for package in ("common", "relay", "transceiver", "bench")
+        for package in ("common", "relay", "transceiver", "rtcedge")
         for p in (ROOT / package).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and "results" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts
     }
     missing = sorted(wanted - names)
     assert not missing, (
         f"not in the wheel (so not in the image): {missing}; package data needs "
         '[tool.setuptools.package-data] transceiver = ["static/*"] in pyproject.toml'
     )
+    assert not [n for n in names if n.startswith("bench/")], "benchmarks stay out of the image"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("relay", "transceiver", "rtcedge"):  # what the chart and CMD run

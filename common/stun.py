@@ -1,12 +1,18 @@
-"""STUN (RFC 8489) message parsing for the relay, plus small builders for tests and stand-ins.
+"""STUN (RFC 8489) message parsing for the relay and the transceiver, plus builders for tests,
+benchmarks and stand-ins.
 
 The relay reads exactly one thing from STUN: the USERNAME of a Binding request that may start a
-flow. ``parse`` is therefore strict (any doubt is a drop) and zero-copy: attributes are recorded as
-offsets into the caller's buffer and values are sliced out as memoryviews only when asked for. ICE
-semantics (roles, priorities, consent) belong to the transceiver's ICE agent, not here.
+flow (its admission rule). The transceiver parses every STUN datagram with ``parse`` before aioice
+sees it, and its demultiplexer finds a check's session by ``server_ufrag`` and verifies it with
+``check_integrity`` before it learns a client address. ``parse`` is therefore strict (any doubt is
+a drop) and zero-copy: attributes are recorded as offsets into the caller's buffer and values are
+sliced out as memoryviews only when asked for. ICE semantics (roles, priorities, consent) belong to
+the transceiver's ICE agent (aioice), not here.
 
-``parse`` and ``binding_request_username`` run on the relay's hot path for the first packets of a
-flow and are written for speed; the builders at the bottom are written for reading.
+``parse`` and ``binding_request_username`` are written for speed: they run for every STUN packet
+that may start a flow at the relay (within the first-packet budget; a confirmed flow's packets are
+forwarded unread) and for the STUN datagrams of the transceiver. The builders at the bottom are
+written for reading.
 """
 
 import hashlib
@@ -85,7 +91,8 @@ Buffer = bytes | bytearray | memoryview
 
 
 class StunError(ValueError):
-    """Bad STUN input. ``reason`` is a short fixed string, fit for a drop counter's label."""
+    """Bad STUN input. ``reason`` is a short fixed string saying what is wrong, for tests and
+    logs; callers count every StunError under a drop reason of their own (``stun_malformed``)."""
 
     @property
     def reason(self) -> str:
@@ -122,10 +129,11 @@ class StunMessage:
 def parse(buf: Buffer) -> StunMessage:
     """Validate ``buf`` as one complete STUN message and index its attributes.
 
-    Hot path (first packet of every flow). Strict where RFC 8489 allows leniency, because a relay
-    that forwards on doubt can be abused: FINGERPRINT, when present, must be last and correct, and
-    nothing but FINGERPRINT (or MESSAGE-INTEGRITY-SHA256 after MESSAGE-INTEGRITY) may follow an
-    integrity attribute (RFC 8489 14.5, 14.6).
+    Runs for every packet that may start a flow at the relay and every STUN datagram at the
+    transceiver. Strict where RFC 8489 allows leniency, because a relay that forwards on doubt can
+    be abused: FINGERPRINT, when present, must be last and correct, and nothing but FINGERPRINT
+    (or MESSAGE-INTEGRITY-SHA256 after MESSAGE-INTEGRITY) may follow an integrity attribute (RFC
+    8489 14.5, 14.6).
     """
     n = len(buf)
     if n < HEADER_LEN:
@@ -193,8 +201,9 @@ def parse(buf: Buffer) -> StunMessage:
 def binding_request_username(buf: Buffer) -> str:
     """The USERNAME of a well-formed, fingerprinted Binding request: what the relay routes on.
 
-    Hot path. Requiring FINGERPRINT costs nothing for browsers (ICE always sends it, RFC 8445 7.1)
-    and makes random or misdirected datagrams fail cheaply.
+    Requiring FINGERPRINT costs nothing for browsers (ICE always sends it, RFC 8445 7.1) and makes
+    random or misdirected datagrams fail cheaply. The transceiver finds a check's session with it
+    too.
     """
     msg = parse(buf)
     if msg.msg_type != BINDING_REQUEST:
@@ -230,9 +239,11 @@ def server_ufrag(username: str) -> str:
 def check_integrity(buf: Buffer, key: bytes) -> bool:
     """Whether MESSAGE-INTEGRITY (HMAC-SHA1) verifies with ``key``; False if there is none.
 
-    For stand-ins and tests: the relay never holds ICE passwords. Raises StunError if ``buf`` does
-    not parse. RFC 8489 14.5: the HMAC covers the message up to the MESSAGE-INTEGRITY attribute,
-    with the header length rewritten to end just after that attribute (so FINGERPRINT is excluded).
+    The transceiver's demultiplexer checks every Binding request with the session's ICE password
+    before it learns or refreshes an address; stand-ins and tests use it too. The relay never holds
+    ICE passwords. Raises StunError if ``buf`` does not parse. RFC 8489 14.5: the HMAC covers the
+    message up to the MESSAGE-INTEGRITY attribute, with the header length rewritten to end just
+    after that attribute (so FINGERPRINT is excluded).
     """
     msg = parse(buf)
     found = msg.find(ATTR_MESSAGE_INTEGRITY)

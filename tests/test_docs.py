@@ -1,0 +1,95 @@
+"""The docs say what the code does: every option of ``relay serve`` and ``transceiver serve`` is in
+its doc's option table (with its environment variable), every drop, eviction and end reason the
+code counts is named, and every link between the docs leads to a file of this repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from relay.cli import main as relay_main
+from relay.counters import DROP_REASONS
+from relay.flows import EVICTIONS
+from transceiver.cli import main as transceiver_main
+from transceiver.lifecycle import END_REASONS
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def section(doc: Path, title: str) -> str:
+    """The text of the ``## title`` section of ``doc``, up to the next ``## ``."""
+    text = doc.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def option_table(doc: Path) -> dict[str, str]:
+    """Option name -> the environment variable its row names, from the ``## Options`` table."""
+    rows = {}
+    for line in section(doc, "Options").splitlines():
+        if not line.startswith("| `--"):
+            continue
+        first, env = line.split("|")[1:3]
+        variable = re.search(r"`(RTCEDGE_[A-Z_]+)`", env)
+        for name in re.findall(r"`(--[a-z-]+)`", first):
+            rows[name] = variable.group(1) if variable else ""
+    return rows
+
+
+def command_options(group: click.Group) -> dict[str, str]:
+    """Option name -> environment variable, as ``serve --help`` shows them (``--help`` aside)."""
+    serve = group.commands["serve"]
+    return {
+        name: str(param.envvar or "")
+        for param in serve.params
+        if isinstance(param, click.Option)
+        for name in (*param.opts, *param.secondary_opts)
+        if name != "--help"
+    }
+
+
+@pytest.mark.parametrize(
+    ("group", "doc"),
+    [(relay_main, "relay.md"), (transceiver_main, "transceiver.md")],
+    ids=["relay", "transceiver"],
+)
+def test_every_serve_option_is_in_its_docs_option_table_with_its_environment_variable(group, doc):
+    documented = option_table(DOCS / doc)
+    options = command_options(group)
+    assert sorted(set(options) - set(documented)) == [], f"options missing from docs/{doc}"
+    assert sorted(set(documented) - set(options)) == [], f"docs/{doc} names options serve lacks"
+    assert documented == options, f"environment variables in docs/{doc}"
+
+
+def test_every_relay_drop_reason_and_eviction_scope_is_documented():
+    metrics = section(DOCS / "relay.md", "Metrics (`/metrics`)")
+    assert [r for r in DROP_REASONS if f"`{r}`" not in metrics] == []
+    for table, scope in EVICTIONS:
+        assert re.search(rf"`{table}` by [^;|]*`{scope}`", metrics), (table, scope)
+
+
+def test_every_session_end_reason_is_in_the_transceiver_docs_table():
+    ends = section(DOCS / "transceiver.md", "How a session ends")
+    rows = {m for line in ends.splitlines() for m in re.findall(r"^\| `([a-z_]+)`", line)}
+    rows |= set(re.findall(r"^\| `[a-z_]+` / `([a-z_]+)`", ends, re.MULTILINE))
+    assert rows == set(END_REASONS)
+
+
+def test_links_between_the_docs_lead_to_files_of_this_repository():
+    broken = []
+    for doc in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if "://" not in target and not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+def test_the_readme_points_at_no_file_outside_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    assert "../" not in readme and "DESIGN.md" not in readme
+    assert (DOCS / "design.md").exists()

@@ -1,6 +1,7 @@
 """The docs say what the code does: every option of ``relay serve`` and ``transceiver serve`` is in
-its doc's option table (with its environment variable), every drop, eviction and end reason the
-code counts is named, and every link between the docs leads to a file of this repository."""
+its doc's option table (with its environment variable and default), every drop, eviction and end
+reason the code counts is named, and every link between the docs leads to a file of this
+repository."""
 
 from __future__ import annotations
 
@@ -28,29 +29,36 @@ def section(doc: Path, title: str) -> str:
     return text[start : end if end >= 0 else len(text)]
 
 
-def option_table(doc: Path) -> dict[str, str]:
-    """Option name -> the environment variable its row names, from the ``## Options`` table."""
+def option_table(doc: Path) -> dict[str, tuple[str, str]]:
+    """Option name -> (its environment variable, its default in backticks or ""), from the
+    ``## Options`` table of ``doc``."""
     rows = {}
     for line in section(doc, "Options").splitlines():
         if not line.startswith("| `--"):
             continue
-        first, env = line.split("|")[1:3]
+        first, env, default = line.split("|")[1:4]
         variable = re.search(r"`(RTCEDGE_[A-Z_]+)`", env)
+        value = re.search(r"`([^`]+)`", default)
         for name in re.findall(r"`(--[a-z-]+)`", first):
-            rows[name] = variable.group(1) if variable else ""
+            rows[name] = (variable.group(1) if variable else "", value.group(1) if value else "")
     return rows
 
 
-def command_options(group: click.Group) -> dict[str, str]:
-    """Option name -> environment variable, as ``serve --help`` shows them (``--help`` aside)."""
+def command_options(group: click.Group) -> dict[str, click.Option]:
+    """Option name -> its click option, as ``serve --help`` lists them (``--help`` aside)."""
     serve = group.commands["serve"]
     return {
-        name: str(param.envvar or "")
+        name: param
         for param in serve.params
         if isinstance(param, click.Option)
         for name in (*param.opts, *param.secondary_opts)
         if name != "--help"
     }
+
+
+def shown(default: object) -> str:
+    """A default as the tables write it: 10.0 -> 10, 4 * 3600.0 -> 14400."""
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +71,14 @@ def test_every_serve_option_is_in_its_docs_option_table_with_its_environment_var
     options = command_options(group)
     assert sorted(set(options) - set(documented)) == [], f"options missing from docs/{doc}"
     assert sorted(set(documented) - set(options)) == [], f"docs/{doc} names options serve lacks"
-    assert documented == options, f"environment variables in docs/{doc}"
+    variables = {name: option.envvar for name, option in options.items()}
+    assert {name: row[0] for name, row in documented.items()} == variables, f"docs/{doc}"
+    wrong = {
+        name: (value, shown(options[name].default))
+        for name, (_, value) in documented.items()
+        if value and value != shown(options[name].default)
+    }
+    assert wrong == {}, f"defaults in docs/{doc} (documented, actual)"
 
 
 def test_every_relay_drop_reason_and_eviction_scope_is_documented():

@@ -18,7 +18,7 @@ from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
 from relay.peerkey import PeerKeys
 from tests.support.loopback import SpoofingSender, collect, drain, udp, udp_client
-from tests.support.relay_worker import DROP_SLOT, make_worker
+from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 from tests.support.waits import wait_for
 
 KEYRING = Keyring.generate(1)
@@ -40,12 +40,6 @@ def drops(worker, reason: str) -> int:
     return worker.ctr[DROP_SLOT[reason]]
 
 
-def pump(worker) -> None:
-    time.sleep(0.05)
-    while worker._from_clients():
-        pass
-
-
 def test_one_prefix_gets_its_burst_then_its_rate_and_other_prefixes_are_untouched():
     sink = udp()
     worker, keyring = make_worker({1: sink.getsockname()}, first_packet_rate_per_s=50)
@@ -53,17 +47,17 @@ def test_one_prefix_gets_its_burst_then_its_rate_and_other_prefixes_are_untouche
     flooder = bound("127.0.0.1")
     for _ in range(300):
         flooder.sendto(forged(), relay)
-    pump(worker)
+    read_all(worker._from_clients, 300)
     assert drops(worker, "hint_bad_tag") == 100, "the burst (twice the rate) reached the HMAC"
     assert drops(worker, "first_packet_rate") == 200, "the rest never did"
     caller = bound("127.0.1.1")  # another /24
     caller.sendto(hint_request(keyring, 0, 1)[0], relay)
-    pump(worker)
+    read_all(worker._from_clients, 1)
     assert len(drain(sink)) == 1, "a caller from another prefix is forwarded"
     worker.tick(worker.now + 1)  # a second later: the prefix earned its rate again
     for _ in range(100):
         flooder.sendto(forged(), relay)
-    pump(worker)
+    read_all(worker._from_clients, 100)
     assert drops(worker, "first_packet_rate") == 200 + 50
 
 
@@ -76,7 +70,7 @@ def test_a_full_prefix_table_makes_the_prefixes_beyond_it_share_one_budget():
     for s in sources:
         for _ in range(3):
             s.sendto(forged(), relay)
-    pump(worker)
+    read_all(worker._from_clients, 5 * 3)
     # Prefixes 1-3 fill the table (2 each, then refused); 4 and 5 share the overflow burst of 2.
     assert drops(worker, "first_packet_rate") == 3
     assert drops(worker, "first_packet_overflow") == 4

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-import time
 
 from bench.peers import hint_request
 from common import encap
 from relay.worker import Worker
 from tests.support.loopback import drain, udp
-from tests.support.relay_worker import DROP_SLOT, make_worker
+from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 
 
 def confirm(worker: Worker, client: socket.socket, tid: int) -> None:
@@ -33,9 +32,7 @@ def test_client_batches_with_drops_and_new_flows_keep_every_payload_with_its_cli
         strangers[i % 3].sendto(b"\x80nobody", relay)
         if i % 20 == 0:
             newcomer.sendto(hint_request(keyring, 0, 2)[0], relay)
-    time.sleep(0.05)
-    while worker._from_clients():
-        pass
+    read_all(worker._from_clients, 60 * 4 + 3)
     for data in drain(sink):
         header, offset = encap.decode_header(data)
         n = [c.getsockname() for c in calls].index((header.client_ip, header.client_port))
@@ -54,9 +51,7 @@ def test_transceiver_batches_with_bad_headers_keep_every_payload_with_its_client
                 encap.encapsulate(b"\x80to%d-%d" % (n, i), *c.getsockname()), internal
             )
         transceiver.sendto(b"\xff\x00junk", internal)  # malformed: dropped mid-batch
-    time.sleep(0.05)
-    while worker._from_transceivers():
-        pass
+    read_all(worker._from_transceivers, 60 * 5)
     for n, c in enumerate(clients):
         got = drain(c)
         assert len(got) == 60
@@ -78,9 +73,7 @@ def test_a_transceiver_batch_naming_a_denied_client_drops_only_those_packets():
                 encap.encapsulate(b"\x80to%d-%d" % (n, i), *c.getsockname()), internal
             )
         transceiver.sendto(encap.encapsulate(b"\x80reflected", *victim.getsockname()), internal)
-    time.sleep(0.05)
-    while worker._from_transceivers():
-        pass
+    read_all(worker._from_transceivers, 40 * 4)
     assert drain(victim) == [], "nothing was sent to the denied address"
     for n, c in enumerate(clients):
         got = drain(c)

@@ -1,9 +1,10 @@
 """A relay worker in-process on real loopback sockets, driven by calling its methods (no loop, no
-clock), and the slots of its drop counters."""
+clock), the slots of its drop counters, and reading what was sent to it."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from bench.peers import free_port
 from common.hint import Keyring
@@ -14,6 +15,7 @@ from relay.counters import DROP_INDEX, DROPS, CounterArea
 from relay.journal import FlowJournal
 from relay.supervisor import open_sockets
 from relay.worker import Worker
+from tests.support.waits import wait_for
 
 # Drop reason -> its index in a worker's counter block.
 DROP_SLOT = {reason: DROPS + i for reason, i in DROP_INDEX.items()}
@@ -44,3 +46,16 @@ def make_worker(
     worker.tick(int(time.monotonic()))
     worker.restore_journal()
     return worker, keyring
+
+
+def read_all(read: Callable[[], int], datagrams: int, timeout_s: float = 3.0) -> None:
+    """Call a worker's batch reader (``_from_clients`` or ``_from_transceivers``) until it has read
+    the ``datagrams`` a test sent: polls for them as they arrive instead of sleeping first."""
+    done = 0
+
+    def step() -> bool:
+        nonlocal done
+        done += read()
+        return done >= datagrams
+
+    assert wait_for(step, True, timeout_s), f"the worker read {done} of {datagrams} datagrams"

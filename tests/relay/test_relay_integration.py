@@ -94,12 +94,10 @@ def _rejected(relay: RelayProcess, standins, first_packet: bytes, reason: str) -
     c.sendto(first_packet, relay.address)
     c.sendto(b"\x80media", relay.address)
     c.sendto(b"\x16dtls", relay.address)
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        if relay.metric("rtcedge_relay_dropped_packets_total", reason=reason) > drops_before:
-            break
-        time.sleep(0.02)
-    assert relay.metric("rtcedge_relay_dropped_packets_total", reason=reason) >= drops_before + 1
+    assert wait_for(
+        lambda: relay.metric("rtcedge_relay_dropped_packets_total", reason=reason) > drops_before,
+        True,
+    ), f"the first packet is dropped as {reason}"
     # The first packet is dropped for its reason; the two that follow find no flow.
     assert wait_for(lambda: relay.metric("rtcedge_relay_dropped_packets_total"), all_before + 3)
     time.sleep(0.1)
@@ -190,10 +188,9 @@ def test_sighup_rotates_keys_without_dropping_flows(tmp_path, standins):
         path.write_text(rotated.to_json())
         assert r.proc is not None
         r.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while r.metric("rtcedge_relay_config_reloads_total") < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.2)  # workers pick the new generation up on their next tick
+        assert wait_for(lambda: r.metric("rtcedge_relay_config_reloads_total"), 1, timeout_s=5)
+        # Ready again once every worker applied the reloaded configuration (on its next tick).
+        assert wait_for(lambda: r.http("/readyz")[0], 200)
         fresh = udp_client()
         fresh.sendto(hint_request(rotated, r.cluster, 1)[0], r.address)
         assert len(collect([fresh], 1)[fresh]) == 1, "a hint signed with the new key is routed"

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.support.waits import wait_until
 from transceiver.backend import (
     FRAME_BYTES,
     BackendError,
@@ -65,14 +66,6 @@ class Sinks:
 
     def args(self) -> tuple:
         return self.audio.append, self.events.append, self.failures.append
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def backend_tasks() -> list[asyncio.Task]:
@@ -208,7 +201,7 @@ def test_websocket_round_trip_with_the_example_server() -> None:
         for n in range(5):
             session.audio_in(frame(n))
         session.event_in({"type": "ping", "text": "héllo"})
-        await eventually(lambda: len(sinks.audio) == 5 and len(sinks.events) == 2)
+        assert await wait_until(lambda: len(sinks.audio) == 5 and len(sinks.events) == 2, 2)
         assert sinks.audio == [frame(n) for n in range(5)]
         assert sinks.events == [
             {"type": "session.started", "session_id": call.session_id},
@@ -240,9 +233,9 @@ def test_server_sees_session_start_audio_events_then_session_end() -> None:
             session.audio_in(frame(1))
             session.event_in({"type": "dtmf", "digit": "5"})
             session.audio_in(frame(2))
-            await eventually(lambda: len(received) == 4 and len(sinks.audio) == 1)
+            assert await wait_until(lambda: len(received) == 4 and len(sinks.audio) == 1, 2)
             await session.close("hangup")
-            await eventually(lambda: len(received) == 5)
+            assert await wait_until(lambda: len(received) == 5, 2)
             await backend.close()
 
         assert server.queries == [{"session_id": call.session_id}]
@@ -291,9 +284,9 @@ def test_full_outbox_drops_the_oldest_frames() -> None:
             for n in range(60):
                 session.audio_in(frame(n))
             assert session.frames_dropped == 10
-            await eventually(lambda: session.frames_sent == 50)
+            assert await wait_until(lambda: session.frames_sent == 50, 2)
             await session.close("hangup")
-            await eventually(lambda: len(received) == 52)
+            assert await wait_until(lambda: len(received) == 52, 2)
             await backend.close()
         assert received[1:-1] == [frame(n) for n in range(10, 60)]
 
@@ -351,7 +344,7 @@ def test_malformed_backend_messages_are_counted_and_dropped() -> None:
             backend = create_backend("websocket", server.url)
             sinks = Sinks()
             session = await backend.open_session(info(), *sinks.args())
-            await eventually(lambda: len(sinks.events) == 1)
+            assert await wait_until(lambda: len(sinks.events) == 1, 2)
             assert sinks.audio == [frame(9)]
             assert sinks.events == [{"type": "still.alive"}]
             assert session.protocol_errors == 4
@@ -377,7 +370,7 @@ def test_backend_going_away_fails_the_call_once(how: str) -> None:
             backend = create_backend("websocket", server.url)
             sinks = Sinks()
             session = await backend.open_session(info(), *sinks.args())
-            await eventually(lambda: sinks.failures != [])
+            assert await wait_until(lambda: sinks.failures != [], 2)
             for n in range(100):  # the transceiver may still push until it reacts
                 session.audio_in(frame(n))
             session.event_in({"type": "late"})

@@ -6,7 +6,7 @@ import asyncio
 
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
-from tests.support.waits import run
+from tests.support.waits import run, wait_until
 from transceiver.audio import BackendAudioTrack
 from transceiver.backend import FRAME_BYTES, Backend, BackendSession
 
@@ -56,16 +56,11 @@ def test_backend_can_clear_buffered_audio_and_hang_up(monkeypatch):
     async def go():
         async with running(direct_config(), ScriptedBackend()) as (server, url):
             call = asyncio.create_task(run_client(url, 440, seconds=3, delete=False))
-            for _ in range(200):
-                if server.metrics.sessions_ended.labels("backend_hangup")._value.get():
-                    break
-                await asyncio.sleep(0.05)
-            for _ in range(100):
-                if not server.sessions:
-                    break
-                await asyncio.sleep(0.05)
-            assert not server.sessions, "the backend's hang-up ended the call"
-            assert server.metrics.sessions_ended.labels("backend_hangup")._value.get() == 1
+            hung_up = server.metrics.sessions_ended.labels("backend_hangup")._value.get
+            assert await wait_until(lambda: hung_up() > 0 and not server.sessions), (
+                "the backend's hang-up ended the call"
+            )
+            assert hung_up() == 1
             assert cleared and cleared[0] >= 490, "the 10 s of queued speech were discarded"
             await call
 

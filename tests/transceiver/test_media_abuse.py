@@ -6,15 +6,27 @@ import asyncio
 import logging
 import random
 import secrets
+import select
 import socket
 
 from common import encap, stun
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
-from tests.support.waits import run
+from tests.support.waits import run, wait_until
 from transceiver.demux import MAX_ADDRESSES
 
 FIRST_BYTES = [0, 1, 2, 3, 20, 22, 63, 128, 144, 191, 255]
+
+
+def connected(server) -> bool:  # type: ignore[no-untyped-def]
+    """DTLS is up for one of the server's sessions: its call carries media."""
+    return any(s.lifecycle.dtls_connected_at for s in server.sessions.values())
+
+
+def all_read(server) -> bool:  # type: ignore[no-untyped-def]
+    """Nothing waits in the media socket: the server has read every datagram sent before."""
+    media = server.media.transport.get_extra_info("socket")
+    return not select.select([media], [], [], 0)[0]
 
 
 def garbage(rng: random.Random):  # type: ignore[no-untyped-def]
@@ -30,10 +42,7 @@ def test_garbage_from_anywhere_is_dropped_and_a_live_call_goes_on(caplog):
         cfg = direct_config()
         async with running(cfg) as (server, url):
             call = asyncio.create_task(run_client(url, 440, seconds=4))
-            for _ in range(100):
-                if any(s.lifecycle.dtls_connected_at for s in server.sessions.values()):
-                    break
-                await asyncio.sleep(0.05)
+            assert await wait_until(lambda: connected(server), 10)
             session = next(iter(server.sessions.values()))
             client = server.demux.path(session.ufrag).client
             attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -71,11 +80,8 @@ def test_encapsulated_datagrams_from_outside_the_relay_networks_are_refused():
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.bind(("127.0.0.1", 0))
             s.sendto(encap.encapsulate(b"\x80x", "198.51.100.1", 5000), cfg.media)
-            for _ in range(50):
-                if server.metrics.dropped.labels("relay_not_allowed")._value.get():
-                    break
-                await asyncio.sleep(0.02)
-            assert server.metrics.dropped.labels("relay_not_allowed")._value.get() == 1
+            refused = server.metrics.dropped.labels("relay_not_allowed")._value.get
+            assert await wait_until(lambda: refused() == 1, 1)
             s.close()
 
     run(go())
@@ -91,10 +97,7 @@ def test_one_session_cannot_grow_its_state_with_checks_from_many_ports():
         cfg = direct_config()
         async with running(cfg) as (server, url):
             call = asyncio.create_task(run_client(url, 440, seconds=5))
-            for _ in range(100):
-                if any(s.lifecycle.dtls_connected_at for s in server.sessions.values()):
-                    break
-                await asyncio.sleep(0.05)
+            assert await wait_until(lambda: connected(server), 10)
             session = next(iter(server.sessions.values()))
             client = server.demux.path(session.ufrag).client
             username = f"{session.ufrag}:attacker"
@@ -106,7 +109,7 @@ def test_one_session_cannot_grow_its_state_with_checks_from_many_ports():
                 attacker.sendto(encap.encapsulate(check, "127.0.0.9", port), cfg.media)
                 if port % 50 == 0:
                     await asyncio.sleep(0.01)
-            await asyncio.sleep(0.5)
+            assert await wait_until(lambda: all_read(server)), "the server read every check"
             assert server.demux.addresses <= MAX_ADDRESSES
             assert len(session.ice._check_list) <= MAX_ADDRESSES
             assert len(session.ice.remote_candidates) <= MAX_ADDRESSES

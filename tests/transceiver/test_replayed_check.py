@@ -19,7 +19,7 @@ from bench.peers import NatProxy, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
 from common import stun
 from tests.support.loopback import collect, udp_client
-from tests.support.waits import run, wait_for
+from tests.support.waits import run, wait_for, wait_until
 from tests.support.whip import post, sdp_value
 
 # A session that never connects would hold the transceiver's SIGTERM for its ICE deadline.
@@ -119,11 +119,12 @@ def test_a_replayed_consent_check_never_moves_a_live_calls_media():
         caller = EchoCaller()
         await caller.connect(trx.url)
         assert await caller.echo.wait(0.0, 25, 10), "the call carries audio"
-        deadline = time.monotonic() + 12
-        while not any(stun.parse(d).msg_type == stun.BINDING_REQUEST for d in proxy.captured):
-            assert time.monotonic() < deadline, "no consent check captured"
-            await asyncio.sleep(0.2)
-        capture = next(d for d in proxy.captured if stun.parse(d).msg_type == stun.BINDING_REQUEST)
+
+        def checks() -> list[bytes]:
+            return [d for d in proxy.captured if stun.parse(d).msg_type == stun.BINDING_REQUEST]
+
+        assert await wait_until(lambda: bool(checks()), 12), "no consent check captured"
+        capture = checks()[0]
         offer, answer = caller.pc.localDescription.sdp, caller.pc.remoteDescription.sdp
         username = f"{sdp_value(answer, 'ice-ufrag')}:{sdp_value(offer, 'ice-ufrag')}"
         key = sdp_value(answer, "ice-pwd").encode()

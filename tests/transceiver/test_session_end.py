@@ -63,8 +63,8 @@ def test_sigterm_drains_then_exits():
 
     async def go():
         call = asyncio.create_task(run_client(trx.url, 440, seconds=6, delete=False))
-        assert await wait_until(lambda: trx.metric("rtcedge_transceiver_sessions_active") == 1, 10)
-        await asyncio.sleep(0.5)
+        connected = "rtcedge_transceiver_dtls_connected_seconds_count"
+        assert await wait_until(lambda: trx.metric(connected) == 1, 10), "the call is live"
         trx.proc.send_signal(signal.SIGTERM)
         assert await wait_until(lambda: trx.http("/readyz")[0] == 503, 3), (
             "not ready while draining"

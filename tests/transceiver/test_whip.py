@@ -12,7 +12,7 @@ import aiohttp
 from bench.peers import free_port
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
-from tests.support.waits import run
+from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post
 from transceiver.backend import Backend, SessionInfo, create_backend
 from transceiver.tokens import mint
@@ -217,10 +217,7 @@ def test_connect_and_disconnect_200_times_leaves_nothing_behind():
 
             for start in range(0, 200, 20):
                 await asyncio.gather(*(cycle(i) for i in range(start, start + 20)))
-            for _ in range(50):
-                if not server.sessions and len(asyncio.all_tasks()) <= baseline:
-                    break
-                await asyncio.sleep(0.1)
+            await wait_until(lambda: not server.sessions and len(asyncio.all_tasks()) <= baseline)
             assert server.sessions == {}
             assert len(server.demux) == 0 and server.demux.addresses == 0
             assert len(asyncio.all_tasks()) <= baseline, "no task left behind"

@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from common import encap, stun
 from transceiver.classify import Classifier, Dropped
 from transceiver.demux import Demux
 from transceiver.metrics import TransceiverMetrics
-
-if TYPE_CHECKING:
-    from transceiver.session import Session
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -30,12 +27,20 @@ SESSION_ERROR = "session_error"
 NO_PATH = "no_path"
 
 
+class Receiver(Protocol):
+    """What the socket uses of a session (``transceiver.session.Session``), and nothing more."""
+
+    id: str  # named in logs
+    lifecycle: Any  # .check_received(now): its first authenticated check arrived
+    ice: Any  # .datagram_received(payload, client): its ICE agent takes the datagram
+
+
 class MediaSocket(asyncio.DatagramProtocol):
     """The shared UDP socket: classify and deliver what comes in, send along latched paths."""
 
     def __init__(
         self,
-        demux: Demux[Session],
+        demux: Demux[Receiver],
         metrics: TransceiverMetrics,
         relay_networks: tuple[str, ...] = (),
     ) -> None:

@@ -23,7 +23,7 @@ from transceiver.demux import Demux
 from transceiver.ice import check_versions
 from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
-from transceiver.session import Session
+from transceiver.session import Session, SessionContext
 
 WATCHDOG_INTERVAL_S = 0.5
 
@@ -44,6 +44,16 @@ class TransceiverServer:
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False
+        self._session_context = SessionContext(
+            transceiver_id=config.transceiver_id,
+            advertise=config.advertise,
+            limits=config.lifecycle_limits(),
+            backend=self.backend,
+            metrics=self.metrics.for_sessions(),
+            send=self.media.send,
+            on_selected=self.demux.select,
+            on_closed=self._forget,
+        )
         self._transport: asyncio.DatagramTransport | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
@@ -83,6 +93,7 @@ class TransceiverServer:
     async def create_session(
         self, offer_sdp: str, remote: str, metadata: dict[str, str]
     ) -> Session:
+        """Where a session is created: credentials, table entries, then its SDP answer."""
         if self.draining:
             raise SessionLimitError("draining: no new sessions")
         if len(self.sessions) >= self.config.max_sessions:
@@ -90,7 +101,7 @@ class TransceiverServer:
         session_id = secrets.token_hex(16)
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
-        session = Session(self, session_id, ufrag, password, time.monotonic())
+        session = Session(self._session_context, session_id, ufrag, password, time.monotonic())
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
         self.metrics.sessions_active.inc()
@@ -103,8 +114,8 @@ class TransceiverServer:
             raise
         return session
 
-    def forget(self, session: Session, reason: str) -> None:
-        """Called once by a session's teardown: drop every table entry it had."""
+    def _forget(self, session: Session, reason: str) -> None:
+        """Called once by a session's teardown (its on_closed): drop every entry it had."""
         if self.sessions.pop(session.id, None) is not None:
             self.demux.remove(session.ufrag)
             self.metrics.sessions_active.dec()

@@ -90,14 +90,25 @@ class TransceiverServer:
             if ufrag not in self.demux:  # 56 random bits: a clash is next to impossible
                 return ufrag
 
+    def capacity_refusal(self) -> str | None:
+        """Why a new session would be refused now (draining, or the session limit), else None.
+
+        The one capacity rule: WHIP asks before reading an offer, ``create_session`` again
+        once it is read (sessions may have started meanwhile).
+        """
+        if self.draining:
+            return "draining: no new sessions"
+        if len(self.sessions) >= self.config.max_sessions:
+            return "session limit reached"
+        return None
+
     async def create_session(
         self, offer_sdp: str, remote: str, metadata: dict[str, str]
     ) -> Session:
         """Where a session is created: credentials, table entries, then its SDP answer."""
-        if self.draining:
-            raise SessionLimitError("draining: no new sessions")
-        if len(self.sessions) >= self.config.max_sessions:
-            raise SessionLimitError(f"session limit ({self.config.max_sessions}) reached")
+        refusal = self.capacity_refusal()
+        if refusal is not None:
+            raise SessionLimitError(refusal)
         session_id = secrets.token_hex(16)
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits

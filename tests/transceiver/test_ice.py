@@ -45,13 +45,25 @@ def client_candidate(addr: Addr) -> Candidate:
     return Candidate("f", 1, "udp", 100, addr[0], addr[1], "prflx")
 
 
-def succeeded_pair(conn: SharedSocketConnection, addr: Addr) -> CandidatePair:
-    """A pair whose check got its authenticated answer (what aioice's check_start leaves)."""
+def pair_toward(
+    conn: SharedSocketConnection, addr: Addr, state=CandidatePair.State.SUCCEEDED
+) -> CandidatePair:
+    """A pair in the check list, by default one whose check got its authenticated answer (what
+    aioice's check_start leaves)."""
     assert conn.protocol is not None
     pair = CandidatePair(conn.protocol, client_candidate(addr))
-    pair.state = CandidatePair.State.SUCCEEDED
+    pair.state = state
     conn._check_list.append(pair)
     return pair
+
+
+async def connected(recorder: Recorder) -> tuple[SharedSocketConnection, CandidatePair]:
+    """A connection ICE completed on a pair toward CLIENT: media goes there."""
+    conn = await recorder.connection()
+    pair = pair_toward(conn, CLIENT)
+    pair.nominated = pair.remote_nominated = True
+    conn.check_complete(pair)
+    return conn, pair
 
 
 def test_the_only_local_candidate_is_the_relay_s_address():
@@ -127,7 +139,7 @@ def test_the_first_nominated_pair_is_reported_selected():
     async def go():
         recorder = Recorder()
         conn = await recorder.connection()
-        pair = succeeded_pair(conn, CLIENT)
+        pair = pair_toward(conn, CLIENT)
         conn.check_complete(pair)
         assert recorder.selected == [], "succeeded, not nominated: nothing selected yet"
         pair.nominated = True
@@ -141,11 +153,8 @@ def test_the_first_nominated_pair_is_reported_selected():
 def test_once_connected_media_moves_after_a_round_trip_and_the_old_pair_is_frozen():
     async def go():
         recorder = Recorder()
-        conn = await recorder.connection()
-        old = succeeded_pair(conn, CLIENT)
-        old.nominated = old.remote_nominated = True
-        conn.check_complete(old)
-        new = succeeded_pair(conn, MOVED)  # NAT rebinding: our check to MOVED was answered
+        conn, old = await connected(recorder)
+        new = pair_toward(conn, MOVED)  # NAT rebinding: our check to MOVED was answered
         conn.check_complete(new)
         assert conn._nominated[1] is new and new.nominated
         assert not old.nominated and not old.remote_nominated
@@ -158,15 +167,11 @@ def test_once_connected_media_moves_after_a_round_trip_and_the_old_pair_is_froze
 def test_a_pair_without_a_round_trip_or_at_the_same_address_moves_nothing():
     async def go():
         recorder = Recorder()
-        conn = await recorder.connection()
-        current = succeeded_pair(conn, CLIENT)
-        current.nominated = True
-        conn.check_complete(current)
-        failed = succeeded_pair(conn, MOVED)
-        failed.state = CandidatePair.State.FAILED
+        conn, current = await connected(recorder)
+        failed = pair_toward(conn, MOVED, CandidatePair.State.FAILED)
         conn.check_complete(failed)
         assert conn._nominated[1] is current and not failed.nominated
-        again = succeeded_pair(conn, CLIENT)  # another pair toward the current address
+        again = pair_toward(conn, CLIENT)  # another pair toward the current address
         conn.check_complete(again)
         assert conn._nominated[1] is current
         assert current.state == CandidatePair.State.SUCCEEDED
@@ -178,12 +183,8 @@ def test_a_pair_without_a_round_trip_or_at_the_same_address_moves_nothing():
 def test_forget_address_drops_its_pairs_and_candidate_but_never_the_selected_one():
     async def go():
         recorder = Recorder()
-        conn = await recorder.connection()
-        current = succeeded_pair(conn, CLIENT)
-        current.nominated = True
-        conn.check_complete(current)
-        left = succeeded_pair(conn, MOVED)
-        left.state = CandidatePair.State.IN_PROGRESS
+        conn, current = await connected(recorder)
+        left = pair_toward(conn, MOVED, CandidatePair.State.IN_PROGRESS)
         left.task = asyncio.get_running_loop().create_task(asyncio.sleep(60))
         conn._remote_candidates += [current.remote_candidate, left.remote_candidate]
         conn.forget_address(MOVED)

@@ -6,8 +6,8 @@ clock, no counter. ``transceiver.media.MediaSocket`` receives, asks, counts and 
 order, as the code runs it:
 
 1. unwrap: a datagram whose first byte is 0xFF was encapsulated by a relay (``common.encap``):
-   the client is the address in its header, the relay is its source; else the source is the
-   client, talking to the socket directly (``encap_malformed``);
+   the client is the address in its header (``encap_malformed`` if it does not decode), the
+   relay is its source; any other datagram came straight from its source, the client;
 2. who may send: with relay networks configured (``--relay-network``) only those may
    encapsulate, and nobody may talk to the socket directly (``relay_not_allowed``,
    ``direct_not_allowed``); a datagram with nothing after its header is dropped (``empty``);

@@ -1,20 +1,21 @@
 """Target ``media_socket``: the transceiver's datagram entry point, ``MediaSocket``.
 
-A real ``Demux`` and ``TransceiverMetrics`` behind ``MediaSocket.datagram_received`` (relay
-decapsulation and allowlist, STUN parse guards, demultiplexing, delivery), three stand-in sessions
-whose ICE agent records what it gets and answers through ``MediaSocket.send``, and a transport
-that records ``sendto``. The input is a script (fuzz.script): the configuration, then which
-source, relay or direct, what payload.
+A real ``Demux`` and ``TransceiverMetrics`` behind ``MediaSocket.datagram_received``, which asks
+``transceiver.classify.Classifier`` (relay decapsulation and allowlist, STUN parse guards,
+demultiplexing) and delivers; three stand-in sessions whose ICE agent records what it gets and
+answers through ``MediaSocket.send``, and a transport that records ``sendto``. The input is a
+script (fuzz.script): the configuration, then which source, relay or direct, what payload.
 
 Findings: an exception escaping ``datagram_received`` or ``send``; a datagram neither delivered
-once nor dropped once; a delivery to a session its client address was not proven for (model in
-fuzz.script), or of other bytes than the decapsulated payload; behind ``--relay-network``, a
-delivery of a direct datagram or of one encapsulated by a non-relay; a datagram sent to anyone who
-did not authenticate for the sending session; a media path that no check established.
+once nor dropped once, or dropped for a reason the classifier and the socket do not name; a
+delivery to a session its client address was not proven for (model in fuzz.script), or of other
+bytes than the decapsulated payload; behind ``--relay-network``, a delivery of a direct datagram
+or of one encapsulated by a non-relay; a datagram sent to anyone who did not authenticate for the
+sending session; a media path that no check established.
 
 The stand-in runs aioice's STUN parser exactly where the real session's ``StunProtocol`` would:
-any exception from it is a finding too (MediaSocket must never hand aioice a datagram its parser
-raises on; ValueError included, which aioice would take for DTLS).
+any exception from it is a finding too (the classifier must never hand aioice a datagram its
+parser raises on; ValueError included, which aioice would take for DTLS).
 """
 
 from __future__ import annotations
@@ -27,18 +28,26 @@ import atheris
 from fuzz.harness import main, require
 
 with atheris.instrument_imports(
-    include=["common", "transceiver.demux", "transceiver.server", "aioice.stun"]
+    include=[
+        "common",
+        "transceiver.demux",
+        "transceiver.classify",
+        "transceiver.media",
+        "aioice.stun",
+    ]
 ):
     from aioice import stun as aioice_stun
 
     from common import encap
+    from transceiver.classify import DROP_REASONS
     from transceiver.demux import Demux
+    from transceiver.media import NO_PATH, SESSION_ERROR, MediaSocket
     from transceiver.metrics import TransceiverMetrics
-    from transceiver.server import MediaSocket
 
 from fuzz import script  # after the modules under test: it imports common
 
 RELAY_NETWORKS = tuple(f"{host}/32" for host, _ in script.RELAYS)
+KNOWN_REASONS = {*DROP_REASONS, SESSION_ERROR, NO_PATH}
 METRICS = TransceiverMetrics()  # one registry per process, as in the transceiver
 # MediaSocket logs a traceback per session error; the harness counts them instead.
 logging.getLogger("rtcedge.transceiver").disabled = True
@@ -151,9 +160,9 @@ class Harness:
         self.media.datagram_received(data, addr)
         require(not self.violations, "; ".join(self.violations))
 
-        errors = self.drops.count("session_error")
-        others = [r for r in self.drops if r != "session_error"]
-        require(all(r.isidentifier() for r in self.drops), f"drop reasons {self.drops}")
+        errors = self.drops.count(SESSION_ERROR)
+        others = [r for r in self.drops if r != SESSION_ERROR]
+        require(set(self.drops) <= KNOWN_REASONS, f"unnamed drop reasons {self.drops}")
         if self.deliveries:
             require(len(self.deliveries) == 1 and not others, "delivered and dropped, or twice")
             require(errors <= 1, "more than one session error for one datagram")

@@ -51,7 +51,7 @@ TARGETS: dict[str, Target] = {
     "encap": Target("fuzz.fuzz_encap", 512, "common.encap decoders, encode/decode round trips"),
     "demux": Target("fuzz.fuzz_demux", 4096, "transceiver.demux.Demux as a plain object"),
     "media_socket": Target(
-        "fuzz.fuzz_media_socket", 4096, "transceiver.server.MediaSocket.datagram_received"
+        "fuzz.fuzz_media_socket", 4096, "transceiver.media.MediaSocket and its Classifier"
     ),
     "aioice": Target(
         "fuzz.fuzz_aioice", 2048, "aioice STUN parser behind common.stun (observes)", "stun.dict"

@@ -49,6 +49,13 @@ REQUEST_CREDIT = 2
 MAX_REQUEST_CREDIT = 4
 _BINDING_REQUEST = stun.BINDING_REQUEST.to_bytes(2, "big")  # a message's first two bytes
 
+UNKNOWN_ADDRESS = "unknown_address"  # not from a learned address, and not STUN
+NOT_A_CHECK = "not_a_check"  # STUN from an unknown address, but no Binding request with a USERNAME
+UNKNOWN_UFRAG = "unknown_ufrag"  # a check for no session of ours
+BAD_INTEGRITY = "bad_integrity"  # a check whose MESSAGE-INTEGRITY does not verify
+REPLAYED = "replayed"  # a check id already seen from another address
+DROP_REASONS = (UNKNOWN_ADDRESS, NOT_A_CHECK, UNKNOWN_UFRAG, BAD_INTEGRITY, REPLAYED)
+
 
 @dataclass
 class Path:
@@ -119,18 +126,18 @@ class Demux(Generic[S]):
         if entry is not None:
             return self._route_known(entry, data, client, relay)
         if not data or data[0] > 3:
-            return Route(None, "unknown_address")
+            return Route(None, UNKNOWN_ADDRESS)
         try:
             ufrag = stun.server_ufrag(stun.binding_request_username(data))
         except stun.StunError:
-            return Route(None, "not_a_check")
+            return Route(None, NOT_A_CHECK)
         entry = self._by_ufrag.get(ufrag)
         if entry is None:
-            return Route(None, "unknown_ufrag")
+            return Route(None, UNKNOWN_UFRAG)
         if not self._authenticated(data, entry):
-            return Route(None, "bad_integrity")
+            return Route(None, BAD_INTEGRITY)
         if not self._fresh(data, client, entry):
-            return Route(None, "replayed")
+            return Route(None, REPLAYED)
         if len(entry.addresses) >= MAX_ADDRESSES:
             self._evict_one(entry)
         entry.addresses[client] = _Address(relay)
@@ -154,9 +161,9 @@ class Demux(Generic[S]):
         if data[:2] != _BINDING_REQUEST:
             return Route(entry.session)
         if not self._authenticated(data, entry):
-            return Route(None, "bad_integrity")
+            return Route(None, BAD_INTEGRITY)
         if not self._fresh(data, client, entry):
-            return Route(None, "replayed")
+            return Route(None, REPLAYED)
         if relay != address.relay and not on_path:
             address.relay = relay  # answered, and checked, the way it came
         address.credit = min(address.credit + 1, MAX_REQUEST_CREDIT)

@@ -138,10 +138,9 @@ def make_app(server: TransceiverServer) -> web.Application:
             )
         if request.content_length is not None and request.content_length > cfg.max_sdp_bytes:
             return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
-        if server.draining:
-            return fail("POST", 503, "draining: no new sessions", **{"Retry-After": RETRY_AFTER_S})
-        if len(server.sessions) >= cfg.max_sessions:
-            return fail("POST", 503, "session limit reached", **{"Retry-After": RETRY_AFTER_S})
+        refusal = server.capacity_refusal()
+        if refusal is not None:
+            return fail("POST", 503, refusal, **{"Retry-After": RETRY_AFTER_S})
         address = client_address(
             request.remote, request.headers.get(cfg.client_address_header), trusted
         )

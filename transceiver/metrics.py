@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class SessionMetrics:
+    """The metrics a session writes, and no others (``TransceiverMetrics.for_sessions``)."""
+
+    audio_frames_in: Counter
+    audio_frames_out: Counter
+    jitter_events: Counter  # labelled by event
+    backend_errors: Counter
+    ice_connected: Histogram
+    dtls_connected: Histogram
 
 
 class TransceiverMetrics:
@@ -75,4 +89,14 @@ class TransceiverMetrics:
             "WHIP requests, by method and status.",
             ["method", "status"],
             registry=r,
+        )
+
+    def for_sessions(self) -> SessionMetrics:
+        return SessionMetrics(
+            self.audio_frames.labels("in"),
+            self.audio_frames.labels("out"),
+            self.jitter_events,
+            self.backend_errors,
+            self.ice_connected,
+            self.dtls_connected,
         )

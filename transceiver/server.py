@@ -2,23 +2,18 @@
 
 One asyncio process = one transceiver id = one UDP socket (DESIGN.md). Datagrams arrive either
 encapsulated by a relay (first byte 0xFF) or raw from a client talking to the socket directly;
-``Demux`` decides the session, replies follow the session's latched path.
+``transceiver.classify`` decides the session (``Demux`` behind it), ``transceiver.media`` is the
+socket, and replies follow the session's latched path. Sessions are created here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import ipaddress
-import logging
 import secrets
 import socket
 import time
-from typing import Any
 
-from aioice import stun as aioice_stun
-
-from common import encap, stun
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
 from common.sockets import set_buffers
@@ -26,134 +21,15 @@ from transceiver.backend import Backend, create_backend
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions
+from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
-from transceiver.session import Session
-
-log = logging.getLogger("rtcedge.transceiver")
+from transceiver.session import Session, SessionContext
 
 WATCHDOG_INTERVAL_S = 0.5
-BINDING_REQUEST = stun.BINDING_REQUEST.to_bytes(2, "big")  # a STUN message's first two bytes
-MAX_LOGGED_SESSION_ERRORS = 10  # then only counted (rtcedge_transceiver_dropped_datagrams_total)
 
 
 class SessionLimitError(Exception):
     """No capacity (session limit reached, or draining)."""
-
-
-class MediaSocket(asyncio.DatagramProtocol):
-    """The shared UDP socket: decapsulate, demultiplex, and send along latched paths."""
-
-    def __init__(
-        self,
-        demux: Demux[Session],
-        metrics: TransceiverMetrics,
-        relay_networks: tuple[str, ...] = (),
-    ) -> None:
-        self.demux = demux
-        self.metrics = metrics
-        self._relay_networks = [ipaddress.ip_network(n, strict=False) for n in relay_networks]
-        self._relay_allowed: dict[str, bool] = {}
-        self._session_errors = 0
-        self.transport: asyncio.DatagramTransport | None = None
-        self._headers: dict[tuple[str, int], bytes] = {}
-        self._received = metrics.datagrams.labels("in")
-        self._sent = metrics.datagrams.labels("out")
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def _drop(self, reason: str) -> None:
-        self.metrics.dropped.labels(reason).inc()
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self._received.inc()
-        relay: tuple[str, int] | None = None
-        if data[:1] == b"\xff":
-            try:
-                family, packed, port, _hop, offset = encap.decode_packed(data)
-            except encap.EncapError:
-                self._drop("encap_malformed")
-                return
-            fam = socket.AF_INET if family == 4 else socket.AF_INET6
-            client = (socket.inet_ntop(fam, packed), port)
-            relay = (addr[0], addr[1])
-            if self._relay_networks and not self._is_relay(addr[0]):
-                self._drop("relay_not_allowed")
-                return
-            payload = data[offset:]
-        else:
-            if self._relay_networks:  # behind relays, nobody talks to the socket directly
-                self._drop("direct_not_allowed")
-                return
-            client = (addr[0], addr[1])
-            payload = data
-        if not payload:
-            self._drop("empty")
-            return
-        if payload[0] < 4:
-            # Our strict parser first, then aioice's own, which raises struct.error (not
-            # ValueError) on attributes of the wrong size that are well-formed TLVs (found by
-            # fuzzing). STUN is rare (checks, consent): parsing it twice costs nothing.
-            try:
-                stun.parse(payload)
-            except stun.StunError:
-                self._drop("stun_malformed")
-                return
-            try:
-                aioice_stun.parse_message(payload)
-            except Exception:
-                self._drop("stun_rejected_by_aioice")
-                return
-        route = self.demux.route(payload, client, relay)
-        if route.session is None:
-            self._drop(route.reason)
-            return
-        if route.learned:  # an authenticated check: the session's first-check deadline is met
-            route.session.lifecycle.check_received(time.monotonic())
-        try:
-            route.session.ice.datagram_received(payload, client)
-        except Exception:  # one bad datagram must never take the socket down
-            self._drop("session_error")
-            self._session_errors += 1
-            if self._session_errors <= MAX_LOGGED_SESSION_ERRORS:  # no traceback spam
-                log.exception("session %s rejected a datagram", route.session.id)
-
-    def _is_relay(self, host: str) -> bool:
-        allowed = self._relay_allowed.get(host)
-        if allowed is None:
-            ip = ipaddress.ip_address(host)
-            allowed = any(ip in net for net in self._relay_networks)
-            if len(self._relay_allowed) > 4096:
-                self._relay_allowed.clear()
-            self._relay_allowed[host] = allowed
-        return allowed
-
-    def send(self, ufrag: str, data: bytes, to: tuple[str, int] | None = None) -> None:
-        """Send a session's datagram: STUN to the learned address ``to`` it answers or checks,
-        anything else (DTLS, SRTP) along the path ICE last proved with a round trip."""
-        if to is not None and data[:1] and data[0] < 4:
-            # Our own checks spend the address's credit (no amplification toward an address
-            # that never answers); answers go to any learned address, one per check it sent.
-            if data[:2] == BINDING_REQUEST:
-                path = self.demux.request_path(ufrag, to)
-            else:
-                path = self.demux.path_to(ufrag, to)
-        else:
-            path = self.demux.path(ufrag)
-        if path is None or self.transport is None:
-            self._drop("no_path")
-            return
-        self._sent.inc()
-        if path.relay is None:
-            self.transport.sendto(data, path.client)
-            return
-        header = self._headers.get(path.client)
-        if header is None:
-            header = encap.encode_header(path.client[0], path.client[1])
-            if len(self._headers) > 65536:
-                self._headers.clear()
-            self._headers[path.client] = header
-        self.transport.sendto(header + data, path.relay)
 
 
 class TransceiverServer:
@@ -168,6 +44,16 @@ class TransceiverServer:
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False
+        self._session_context = SessionContext(
+            transceiver_id=config.transceiver_id,
+            advertise=config.advertise,
+            limits=config.lifecycle_limits(),
+            backend=self.backend,
+            metrics=self.metrics.for_sessions(),
+            send=self.media.send,
+            on_selected=self.demux.select,
+            on_closed=self._forget,
+        )
         self._transport: asyncio.DatagramTransport | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
@@ -204,17 +90,29 @@ class TransceiverServer:
             if ufrag not in self.demux:  # 56 random bits: a clash is next to impossible
                 return ufrag
 
+    def capacity_refusal(self) -> str | None:
+        """Why a new session would be refused now (draining, or the session limit), else None.
+
+        The one capacity rule: WHIP asks before reading an offer, ``create_session`` again
+        once it is read (sessions may have started meanwhile).
+        """
+        if self.draining:
+            return "draining: no new sessions"
+        if len(self.sessions) >= self.config.max_sessions:
+            return "session limit reached"
+        return None
+
     async def create_session(
         self, offer_sdp: str, remote: str, metadata: dict[str, str]
     ) -> Session:
-        if self.draining:
-            raise SessionLimitError("draining: no new sessions")
-        if len(self.sessions) >= self.config.max_sessions:
-            raise SessionLimitError(f"session limit ({self.config.max_sessions}) reached")
+        """Where a session is created: credentials, table entries, then its SDP answer."""
+        refusal = self.capacity_refusal()
+        if refusal is not None:
+            raise SessionLimitError(refusal)
         session_id = secrets.token_hex(16)
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
-        session = Session(self, session_id, ufrag, password, time.monotonic())
+        session = Session(self._session_context, session_id, ufrag, password, time.monotonic())
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
         self.metrics.sessions_active.inc()
@@ -227,8 +125,8 @@ class TransceiverServer:
             raise
         return session
 
-    def forget(self, session: Session, reason: str) -> None:
-        """Called once by a session's teardown: drop every table entry it had."""
+    def _forget(self, session: Session, reason: str) -> None:
+        """Called once by a session's teardown (its on_closed): drop every entry it had."""
         if self.sessions.pop(session.id, None) is not None:
             self.demux.remove(session.ufrag)
             self.metrics.sessions_active.dec()

@@ -3,6 +3,10 @@
 The I/O half of a session; its states and deadlines live in ``transceiver.lifecycle``. Every
 way a session ends goes through ``end(reason)``, which releases the peer connection, the
 backend session, the tasks and the demultiplexer entry exactly once.
+
+A session knows nothing of the server that holds it (as aioquic's connection knows nothing of
+its asyncio layer): it gets a ``SessionContext``, the few things it uses, built once by the
+server. Sessions are created in ``TransceiverServer.create_session`` (transceiver/server.py).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -19,12 +25,10 @@ from aiortc.rtcconfiguration import RTCBundlePolicy
 
 from transceiver import jitter
 from transceiver.audio import BackendAudioTrack, InboundConverter
-from transceiver.backend import BackendSession, SessionInfo
-from transceiver.ice import SharedSocketConnection, install
-from transceiver.lifecycle import Lifecycle, State
-
-if TYPE_CHECKING:
-    from transceiver.server import TransceiverServer
+from transceiver.backend import Backend, BackendSession, SessionInfo
+from transceiver.ice import Addr, SharedSocketConnection, install
+from transceiver.lifecycle import Lifecycle, Limits, State
+from transceiver.metrics import SessionMetrics
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -36,28 +40,40 @@ CLEAR_AUDIO = "audio.clear"  # drop the caller-bound audio not yet played (barge
 HANGUP = "session.hangup"  # end the call
 
 
+@dataclass(frozen=True)
+class SessionContext:
+    """What a session may use of the process that holds it; one, shared by every session."""
+
+    transceiver_id: int  # told to the backend
+    advertise: Addr  # the relay's public address: the session's one ICE candidate
+    limits: Limits  # the lifecycle's deadlines
+    backend: Backend
+    metrics: SessionMetrics
+    send: Callable[[str, bytes, Addr | None], None]  # (ufrag, datagram, to): the media socket
+    on_selected: Callable[[str, Addr], object]  # (ufrag, client): ICE proved a path to client
+    on_closed: Callable[[Session, str], None]  # (session, reason): teardown is over, forget it
+
+
 class Session:
     def __init__(
-        self, server: TransceiverServer, session_id: str, ufrag: str, password: str, now: float
+        self, context: SessionContext, session_id: str, ufrag: str, password: str, now: float
     ) -> None:
-        cfg = server.config
-        self.server = server
+        self._context = context
+        self._metrics = context.metrics
         self.id = session_id
         self.ufrag = ufrag
-        self.lifecycle = Lifecycle(now, cfg.lifecycle_limits())
+        self.lifecycle = Lifecycle(now, context.limits)
         self.pc = RTCPeerConnection(
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
         self.ice = SharedSocketConnection(
             ufrag,
             password,
-            cfg.advertise,
-            send=lambda data, to: server.media.send(ufrag, data, to),
-            on_selected=lambda client: server.demux.select(ufrag, client),
+            context.advertise,
+            send=lambda data, to: context.send(ufrag, data, to),
+            on_selected=lambda client: context.on_selected(ufrag, client),
         )
-        self.out_track = BackendAudioTrack(
-            on_frame_out=server.metrics.audio_frames.labels("out").inc
-        )
+        self.out_track = BackendAudioTrack(on_frame_out=self._metrics.audio_frames_out.inc)
         self.backend: BackendSession | None = None
         self.channel: Any = None
         self._pending_events: list[str] = []
@@ -79,8 +95,8 @@ class Session:
         install(pc, self.ice)
         jitter.install(pc, on_event=self._on_jitter_event)
         pc.addTrack(self.out_track)
-        info = SessionInfo(self.id, self.server.config.transceiver_id, remote, metadata)
-        self.backend = await self.server.backend.open_session(
+        info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata)
+        self.backend = await self._context.backend.open_session(
             info, self.out_track.push, self._emit_event, self._on_backend_failure
         )
         answer = await pc.createAnswer()
@@ -90,7 +106,7 @@ class Session:
         return pc.localDescription.sdp
 
     def _on_jitter_event(self, event: str, count: int) -> None:
-        self.server.metrics.jitter_events.labels(event).inc(count)
+        self._metrics.jitter_events.labels(event).inc(count)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -104,7 +120,7 @@ class Session:
 
     async def _read_audio(self, track: MediaStreamTrack) -> None:
         converter = InboundConverter()
-        frames = self.server.metrics.audio_frames.labels("in")
+        frames = self._metrics.audio_frames_in
         while True:
             try:
                 frame = await track.recv()
@@ -163,7 +179,7 @@ class Session:
             self.channel.send(text)
 
     def _on_backend_failure(self, reason: str) -> None:
-        self.server.metrics.backend_errors.inc()
+        self._metrics.backend_errors.inc()
         self.end("backend_error")
 
     def _on_ice_state(self) -> None:
@@ -173,7 +189,7 @@ class Session:
         if state in ("connected", "completed"):
             took = self.lifecycle.ice_connected(time.monotonic())
             if took is not None:
-                self.server.metrics.ice_connected.observe(took)
+                self._metrics.ice_connected.observe(took)
         elif state in ("failed", "closed"):
             self.end("ice_failed")
 
@@ -182,7 +198,7 @@ class Session:
         if state == "connected":
             took = self.lifecycle.dtls_connected(time.monotonic())
             if took is not None:
-                self.server.metrics.dtls_connected.observe(took)
+                self._metrics.dtls_connected.observe(took)
         elif state == "failed":
             self.end("dtls_failed")
         elif state == "closed":
@@ -214,7 +230,7 @@ class Session:
                 await asyncio.wait(list(self._tasks), timeout=2)
         finally:
             self.lifecycle.closed(time.monotonic())
-            self.server.forget(self, reason)
+            self._context.on_closed(self, reason)
             self.closed.set()
 
     @property

@@ -100,7 +100,7 @@ def test_concurrent_offers_of_one_client_do_not_pass_the_cap_together():
 
 
 def test_one_authenticated_check_gives_the_session_the_full_ice_deadline():
-    """The media socket tells the session when its first check arrived (a hook in server.py):
+    """The media socket tells the session when its first check arrived (a hook in media.py):
     a client that is connecting, only slowly, is not cut off at the first-check deadline."""
 
     async def go():

@@ -1,0 +1,117 @@
+"""The WHIP offer check as a plain function: text in, a cleaned offer or an OfferError out."""
+
+from __future__ import annotations
+
+import pytest
+
+from transceiver.offer import OfferError, check_offer
+
+FINGERPRINT = "a=fingerprint:sha-256 " + ":".join(["AB"] * 32)
+ICE = ["a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl"]
+SESSION = ["v=0", "o=- 1 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1"]
+CANDIDATES = [
+    "a=candidate:1 1 udp 2122260223 192.168.1.2 54321 typ host",
+    "a=candidate:2 1 udp 2122260223 abcd-ef.local 54322 typ host",
+    "a=end-of-candidates",
+]
+
+
+def audio(mid: str = "0", codecs: tuple[str, ...] = ("111 opus/48000/2", "0 PCMU/8000")):
+    types = " ".join(c.split()[0] for c in codecs)
+    return [
+        f"m=audio 9 UDP/TLS/RTP/SAVPF {types}",
+        "c=IN IP4 0.0.0.0",
+        f"a=mid:{mid}",
+        "a=sendrecv",
+        "a=rtcp-mux",
+        *(f"a=rtpmap:{c}" for c in codecs),
+        *ICE,
+        FINGERPRINT,
+        "a=setup:actpass",
+        *CANDIDATES,
+    ]
+
+
+APPLICATION = [
+    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel",
+    "c=IN IP4 0.0.0.0",
+    "a=mid:1",
+    "a=sctp-port:5000",
+    *ICE,
+    FINGERPRINT,
+    "a=setup:actpass",
+]
+
+
+def sdp(*sections: list[str], newline: str = "\r\n") -> str:
+    return newline.join(line for section in sections for line in section) + newline
+
+
+def without(section: list[str], *prefixes: str) -> list[str]:
+    return [line for line in section if not line.startswith(prefixes)]
+
+
+OFFER = sdp(SESSION, audio(), APPLICATION)
+
+
+def test_a_good_offer_loses_its_candidates_and_nothing_else():
+    cleaned = check_offer(OFFER)
+    assert cleaned == sdp(SESSION, without(audio(), "a=candidate:", "a=end-of"), APPLICATION)
+    assert "local" not in cleaned, "no mDNS name for aiortc to resolve"
+
+
+def test_bare_newlines_are_read_and_answered_as_crlf():
+    assert check_offer(sdp(SESSION, audio(), APPLICATION, newline="\n")) == check_offer(OFFER)
+
+
+def test_video_is_accepted_beside_the_audio():
+    video = ["m=video 9 UDP/TLS/RTP/SAVPF 96", "a=mid:2", "a=rtpmap:96 VP8/90000", *ICE]
+    video += [FINGERPRINT, "a=setup:actpass"]
+    session = [*SESSION[:-1], "a=group:BUNDLE 0 1 2"]
+    assert "m=video" in check_offer(sdp(session, audio(), APPLICATION, video))
+
+
+REFUSED = {
+    "not SDP": ("hello", "malformed SDP: must start with v=0"),
+    "unparsable": ("v=0\r\nm=audio x\r\n", "malformed SDP: "),
+    "no audio": (sdp(SESSION, APPLICATION), "the offer has no audio m-line"),
+    "two audio": (
+        sdp([*SESSION[:-1], "a=group:BUNDLE 0 1 2"], audio(), APPLICATION, audio("2")),
+        "the offer has more than one audio m-line",
+    ),
+    "text m-line": (
+        sdp(SESSION, audio(), ["m=text 9 RTP/AVP 98", "a=mid:1", *ICE, FINGERPRINT]),
+        "unsupported m-line kind 'text'",
+    ),
+    "no ice-ufrag": (
+        sdp(SESSION, audio(), without(APPLICATION, "a=ice-ufrag")),
+        "m-line 1 lacks ice-ufrag/ice-pwd",
+    ),
+    "no ice-pwd": (
+        sdp(SESSION, without(audio(), "a=ice-pwd"), APPLICATION),
+        "m-line 0 lacks ice-ufrag/ice-pwd",
+    ),
+    "no fingerprint": (
+        sdp(SESSION, audio(), without(APPLICATION, "a=fingerprint")),
+        "m-line 1 lacks a DTLS fingerprint",
+    ),
+    "no opus": (
+        sdp(SESSION, audio(codecs=("0 PCMU/8000", "8 PCMA/8000")), APPLICATION),
+        "unsupported audio codecs ['pcma', 'pcmu']: opus is required",
+    ),
+    "no BUNDLE": (sdp(SESSION[:-1], audio(), APPLICATION), "BUNDLE is required"),
+    "BUNDLE leaves one out": (
+        sdp([*SESSION[:-1], "a=group:BUNDLE 0"], audio(), APPLICATION),
+        "BUNDLE is required",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_each_refusal_is_a_400_with_its_reason(case):
+    text, reason = REFUSED[case]
+    with pytest.raises(OfferError) as refused:
+        check_offer(text)
+    assert refused.value.status == 400
+    assert refused.value.reason.startswith(reason), refused.value.reason
+    assert str(refused.value) == refused.value.reason

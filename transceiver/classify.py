@@ -1,0 +1,127 @@
+"""Which session a datagram on the media socket is for, or why it is dropped: a pure decision.
+
+Sans-I/O, in the manner of str0m's ``accepts``: the datagram's bytes and its source address in,
+a ``Delivery`` (session, client address, payload) or a ``Dropped`` reason out; no socket, no
+clock, no counter. ``transceiver.media.MediaSocket`` receives, asks, counts and delivers. The
+order, as the code runs it:
+
+1. unwrap: a datagram whose first byte is 0xFF was encapsulated by a relay (``common.encap``):
+   the client is the address in its header (``encap_malformed`` if it does not decode), the
+   relay is its source; any other datagram came straight from its source, the client;
+2. who may send: with relay networks configured (``--relay-network``) only those may
+   encapsulate, and nobody may talk to the socket directly (``relay_not_allowed``,
+   ``direct_not_allowed``); a datagram with nothing after its header is dropped (``empty``);
+3. STUN guard: a payload whose first byte is below 4 (RFC 7983) must pass our strict parser,
+   then aioice's own, which raises ``struct.error`` (not ValueError) on attributes of the wrong
+   size that are well-formed TLVs (found by fuzzing): the session's aioice must never see it
+   (``stun_malformed``, ``stun_rejected_by_aioice``). STUN is rare (checks, consent): parsing it
+   twice costs nothing;
+4. the session: ``Demux.route`` (by client address, else an authenticated, fresh check's
+   ufrag), with its own reasons (``demux.DROP_REASONS``).
+
+Attacker and bound: whoever reaches the socket chooses the source address of encapsulated
+datagrams, so the relay allowlist's memo of verdicts per host is cleared once it holds more
+than ``MAX_RELAY_MEMO`` hosts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from aioice import stun as aioice_stun
+
+from common import encap, stun
+from transceiver.demux import DROP_REASONS as DEMUX_DROP_REASONS
+from transceiver.demux import Addr, Demux
+
+S = TypeVar("S")
+MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered
+
+ENCAP_MALFORMED = "encap_malformed"
+RELAY_NOT_ALLOWED = "relay_not_allowed"
+DIRECT_NOT_ALLOWED = "direct_not_allowed"
+EMPTY = "empty"
+STUN_MALFORMED = "stun_malformed"
+STUN_REJECTED_BY_AIOICE = "stun_rejected_by_aioice"
+DROP_REASONS = (
+    ENCAP_MALFORMED,
+    RELAY_NOT_ALLOWED,
+    DIRECT_NOT_ALLOWED,
+    EMPTY,
+    STUN_MALFORMED,
+    STUN_REJECTED_BY_AIOICE,
+    *DEMUX_DROP_REASONS,
+)
+"""Every reason ``Classifier.classify`` gives, in the order it checks them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery(Generic[S]):
+    """A datagram for ``session``: hand ``payload`` to it as coming from ``client``."""
+
+    session: S
+    client: Addr
+    payload: bytes
+    learned: bool = False  # an authenticated check from a new address: the first-check deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    reason: str  # one of DROP_REASONS
+
+
+class Classifier(Generic[S]):
+    """Decapsulation, the relay allowlist and the STUN guard in front of a ``Demux``."""
+
+    def __init__(self, demux: Demux[S], relay_networks: tuple[str, ...] = ()) -> None:
+        self.demux = demux
+        self._relay_networks = [ipaddress.ip_network(n, strict=False) for n in relay_networks]
+        self._relay_allowed: dict[str, bool] = {}
+
+    def classify(self, data: bytes, source: Any) -> Delivery[S] | Dropped:
+        """Decide one datagram from ``source`` (a socket address: host, port, ...)."""
+        relay: Addr | None = None
+        if data[:1] == b"\xff":
+            try:
+                family, packed, port, _hop, offset = encap.decode_packed(data)
+            except encap.EncapError:
+                return Dropped(ENCAP_MALFORMED)
+            fam = socket.AF_INET if family == 4 else socket.AF_INET6
+            client = (socket.inet_ntop(fam, packed), port)
+            relay = (source[0], source[1])
+            if self._relay_networks and not self._is_relay(source[0]):
+                return Dropped(RELAY_NOT_ALLOWED)
+            payload = data[offset:]
+        else:
+            if self._relay_networks:  # behind relays, nobody talks to the socket directly
+                return Dropped(DIRECT_NOT_ALLOWED)
+            client = (source[0], source[1])
+            payload = data
+        if not payload:
+            return Dropped(EMPTY)
+        if payload[0] < 4:
+            try:
+                stun.parse(payload)
+            except stun.StunError:
+                return Dropped(STUN_MALFORMED)
+            try:
+                aioice_stun.parse_message(payload)
+            except Exception:
+                return Dropped(STUN_REJECTED_BY_AIOICE)
+        route = self.demux.route(payload, client, relay)
+        if route.session is None:
+            return Dropped(route.reason)
+        return Delivery(route.session, client, payload, route.learned)
+
+    def _is_relay(self, host: str) -> bool:
+        allowed = self._relay_allowed.get(host)
+        if allowed is None:
+            ip = ipaddress.ip_address(host)
+            allowed = any(ip in net for net in self._relay_networks)
+            if len(self._relay_allowed) > MAX_RELAY_MEMO:
+                self._relay_allowed.clear()
+            self._relay_allowed[host] = allowed
+        return allowed

@@ -16,6 +16,7 @@ from aiohttp import web
 from common.config import ConfigError, parse_host_port
 from common.options import ENV_PREFIX, env_option, refuse_secrets_on_command_line, setup_logging
 from transceiver.config import TransceiverConfig
+from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
 from transceiver.tokens import mint, parse_secrets
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -126,7 +127,7 @@ def main() -> None:
     "--first-check-timeout",
     env="FIRST_CHECK_TIMEOUT",
     type=float,
-    default=3.0,
+    default=FIRST_CHECK_TIMEOUT_S,
     show_default=True,
     help="Seconds from the answer to the client's first authenticated ICE check; a session "
     "without one ends (first_check_timeout) instead of holding a slot for --ice-timeout.",

@@ -6,8 +6,9 @@ push-based and synchronous at the edge (``audio_in``/``event_in`` toward the bac
 ``emit_audio``/``emit_event`` toward the caller), so neither side can stall the other's event
 loop work: whoever is behind drops and counts, it never blocks.
 
-Built-ins (``create_backend``): ``echo``, embedded, the default; ``websocket``, one WebSocket per
-call to an external service. The wire protocol and how to write a backend: docs/backend-protocol.md.
+Built-ins (``transceiver.backends.create_backend``): ``echo``, embedded, the default;
+``websocket``, one WebSocket per call to an external service. The wire protocol and how to
+write a backend: docs/backend-protocol.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ __all__ = [
     "BackendError",
     "BackendSession",
     "SessionInfo",
-    "create_backend",
 ]
 
 AUDIO_SAMPLE_RATE = 48000
@@ -105,29 +105,3 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release what the backend holds (connections, pools). Sessions still open are closed."""
-
-
-def create_backend(name: str = "echo", url: str | None = None, **options) -> Backend:
-    """Build a backend from configuration: 'echo' (no url) or 'websocket' (ws:// or wss:// url).
-
-    ``options`` are backend-specific (for ``websocket``: see ``WebSocketBackendConfig``). Any
-    problem raises ValueError naming it, so a bad deployment fails at start, not at the first call.
-    """
-    # Imported here: the built-ins import this module for the interface.
-    if name == "echo":
-        if url is not None:
-            raise ValueError(f"the echo backend takes no url (got {url!r})")
-        if options:
-            raise ValueError(
-                f"unknown option(s) for the echo backend: {', '.join(sorted(options))}"
-            )
-        from transceiver.backends.echo import EchoBackend
-
-        return EchoBackend()
-    if name == "websocket":
-        if not url:
-            raise ValueError("the websocket backend needs a url (ws://... or wss://...)")
-        from transceiver.backends.websocket import WebSocketBackend, WebSocketBackendConfig
-
-        return WebSocketBackend(WebSocketBackendConfig.from_options(url, options))
-    raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKEND_NAMES)})")

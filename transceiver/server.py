@@ -17,7 +17,8 @@ import time
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
 from common.sockets import set_buffers
-from transceiver.backend import Backend, create_backend
+from transceiver.backend import Backend
+from transceiver.backends import create_backend
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions

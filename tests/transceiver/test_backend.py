@@ -17,12 +17,8 @@ import pytest
 from aiohttp import web
 
 from tests.support.waits import wait_until
-from transceiver.backend import (
-    FRAME_BYTES,
-    BackendError,
-    SessionInfo,
-    create_backend,
-)
+from transceiver.backend import FRAME_BYTES, BackendError, SessionInfo
+from transceiver.backends import create_backend
 from transceiver.backends.echo import EchoBackend, EchoSession, PlayoutEstimate
 from transceiver.backends.websocket import WebSocketBackend, WebSocketSession
 

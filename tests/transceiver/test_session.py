@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from tests.support.waits import run
 from tests.support.whip import make_offer
-from transceiver.backend import Backend, BackendSession, SessionInfo, create_backend
+from transceiver.backend import Backend, BackendSession, SessionInfo
+from transceiver.backends import create_backend
 from transceiver.lifecycle import Limits, State
 from transceiver.metrics import TransceiverMetrics
 from transceiver.session import Session, SessionContext

@@ -14,7 +14,8 @@ from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post
-from transceiver.backend import Backend, SessionInfo, create_backend
+from transceiver.backend import Backend, SessionInfo
+from transceiver.backends import create_backend
 from transceiver.tokens import mint
 
 SECRET = b"0123456789abcdef0123456789abcdef"

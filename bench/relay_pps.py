@@ -54,7 +54,8 @@ from typing import Any
 import click
 
 from bench import nginx_ref
-from bench.peers import RelayProcess, StandInTransceiver, cpu_ns, free_port, hint_request
+from bench.harness.procfs import cpu_ns
+from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from bench.plain_forwarder import DEFAULT_BUFFER_BYTES
 from common import encap, stun
 from relay.mmsg import SendBatch, sockaddr_bytes

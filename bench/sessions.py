@@ -57,7 +57,8 @@ from typing import Any
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess, cpu_ns, metric_value, udp_drops
+from bench.harness.procfs import cpu_ns
+from bench.peers import RelayProcess, TransceiverProcess, metric_value, udp_drops
 from bench.relay_pps import _json_default, percentile, pin_process, stop_process
 
 HOST = "127.0.0.1"

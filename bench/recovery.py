@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from bench.harness.cli import Echo, out_option, run_and_report
+from bench.harness.cli import Echo, out_option, run_and_report, run_async
 from bench.harness.stats import percentile_nearest_index
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller, loopback_only
@@ -48,13 +48,34 @@ RUN_DEADLINE_S = 900.0
 # -- the trials: one event each, its gap in ms -----------------------------------------------------
 @dataclass
 class CallPath:
-    """What a trial acts on: the call, the relay carrying it (a trial may replace it), the load
-    balancer in front (``path`` only) and the Redis flow cache (None: without)."""
+    """What a trial acts on: the call, the relays (the last one carries the call; a trial may
+    start another), the load balancer in front (``path`` only) and Redis (None: without)."""
 
     caller: EchoCaller
-    relay: RelayProcess
+    relays: list[RelayProcess]
     proxy: NatProxy | None
     redis_url: str | None
+
+    @property
+    def relay(self) -> RelayProcess:
+        return self.relays[-1]
+
+    def another_relay(self, same_port: bool) -> tuple[RelayProcess, RelayProcess]:
+        """(the relay carrying the call, a new one for the same transceivers and keyring): a
+        replacement on the same public port, or another node's on a port of its own. The new
+        one is stopped with the others after the scenario, whatever happens."""
+        old = self.relay
+        new = RelayProcess(
+            dict(old.transceivers),
+            workers=old.workers,
+            keyring=old.keyring,
+            cluster=old.cluster,
+            extra_args=["--redis-url", self.redis_url] if self.redis_url else [],
+        )
+        if same_port:
+            new.port = old.port
+        self.relays.append(new)
+        return old, new
 
 
 async def busiest_worker(relay: RelayProcess) -> int:
@@ -86,27 +107,12 @@ async def trial_worker(path: CallPath) -> float:
     return path.caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
-def relay_like(old: RelayProcess, redis_url: str | None, same_port: bool) -> RelayProcess:
-    """Another relay for the same transceivers and keyring: a replacement on the same public
-    port, or another node's on a port of its own."""
-    new = RelayProcess(
-        dict(old.transceivers),
-        workers=old.workers,
-        keyring=old.keyring,
-        cluster=old.cluster,
-        extra_args=["--redis-url", redis_url] if redis_url else [],
-    )
-    if same_port:
-        new.port = old.port
-    return new
-
-
 async def trial_replace(path: CallPath) -> float:
     # The new relay joins the public port's SO_REUSEPORT group as soon as it binds, and the
     # kernel may move the call to it right then: the window opens before it starts.
     begin = time.monotonic()
-    old, path.relay = path.relay, relay_like(path.relay, path.redis_url, same_port=True)
-    await asyncio.to_thread(path.relay.start)  # off the caller's loop: starting takes ~a second
+    old, new = path.another_relay(same_port=True)
+    await asyncio.to_thread(new.start)  # off the caller's loop: starting takes ~a second
     await asyncio.sleep(0.3)
     at = time.monotonic()
     assert old.proc is not None
@@ -122,11 +128,11 @@ async def trial_replace(path: CallPath) -> float:
 async def trial_path(path: CallPath) -> float:
     """The caller's packets now reach another node's relay, which has never seen the call."""
     assert path.proxy is not None and path.redis_url is not None
-    old, path.relay = path.relay, relay_like(path.relay, path.redis_url, same_port=False)
-    await asyncio.to_thread(path.relay.start)
+    old, new = path.another_relay(same_port=False)
+    await asyncio.to_thread(new.start)
     await asyncio.sleep(0.3)
     at = time.monotonic()
-    path.proxy.upstream = path.relay.address
+    path.proxy.upstream = new.address
     await path.caller.wait_for_echo(at, 5)
     await asyncio.sleep(0.5)
     gap = path.caller.echo.gap_ms(at - 0.5, time.monotonic())
@@ -156,13 +162,13 @@ async def run_scenario(
     proxy = NatProxy(relay.address) if scenario == "path" else None
     trx = TransceiverProcess(relay, advertise=proxy.address if proxy else None)
     relay.transceivers = {0: trx.media_address}
-    relay.start()
     if proxy is not None:
         proxy.start()
-    trx.start()
-    path = CallPath(EchoCaller(stock_jitter_buffer), relay, proxy, redis_url)
+    path = CallPath(EchoCaller(stock_jitter_buffer), [relay], proxy, redis_url)
     gaps: list[float] = []
     try:
+        relay.start()
+        trx.start()
         await path.caller.connect(trx.url)
         await asyncio.sleep(1.0)
         for _ in range(trials):
@@ -172,7 +178,8 @@ async def run_scenario(
     finally:
         await path.caller.pc.close()
         trx.stop(timeout_s=5)
-        path.relay.stop()
+        for started in path.relays:
+            started.stop()
         if proxy is not None:
             proxy.close()
 
@@ -251,7 +258,7 @@ def recovery_bench(
 
     def measure() -> dict[str, Any]:
         bench = run_bench(trials, scenarios or SCENARIOS, stock_jitter_buffer)
-        return asyncio.run(asyncio.wait_for(bench, RUN_DEADLINE_S))
+        return run_async(bench, RUN_DEADLINE_S)
 
     run_and_report("recovery", measure, print_report, out_dir)
 

@@ -4,11 +4,12 @@ read, and its PASS/FAIL lines say how they compare with the criteria."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +17,7 @@ from bench.harness.results import RESULTS_DIR, write_result
 
 Echo = Callable[[str], None]
 Result = dict[str, Any]
+T = TypeVar("T")
 
 out_option = click.option(
     "--out",
@@ -43,6 +45,32 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run_async(main: Coroutine[Any, Any, T], deadline_s: float) -> T:
+    """``asyncio.run`` with a deadline, where SIGTERM cancels ``main`` as Ctrl-C does
+    (asyncio.Runner): every ``finally`` on the way out runs, its awaits included, and stops what
+    it started; then KeyboardInterrupt, as after Ctrl-C. (A KeyboardInterrupt raised by a plain
+    signal handler would land in whichever callback runs, and skip those awaits.)"""
+
+    async def cancelled_on_sigterm() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        handles_sigterm = threading.current_thread() is threading.main_thread()
+        if handles_sigterm:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await asyncio.wait_for(main, deadline_s)
+        except asyncio.CancelledError:
+            if task.cancelling():  # SIGTERM or Ctrl-C
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if handles_sigterm:
+                loop.remove_signal_handler(signal.SIGTERM)
+
+    return asyncio.run(cancelled_on_sigterm())
 
 
 def run_and_report(

@@ -294,7 +294,12 @@ def start_workers(
 ) -> list[WorkerProcess]:
     """``count`` workers, ready; each is stopped by ``stack`` (an ExitStack) on the way out."""
     workers: list[WorkerProcess] = []
-    stack.callback(lambda: [w.stop() for w in workers])
+
+    def stop_all() -> None:
+        for w in workers:
+            w.stop()
+
+    stack.callback(stop_all)
     for i in range(count):
         workers.append(WorkerProcess(i, max_seconds, log_dir))
     collect(workers, "ready", 60)

@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.harness.processes import stop_process
+from bench.harness.procfs import udp_socket_rows
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
 from common.sockets import set_buffers
@@ -85,11 +87,6 @@ def children_of(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
-
-
-def cpu_ns(pid: int) -> int:
-    """Time on CPU (user + system) of a process's main thread, from /proc/<pid>/schedstat."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
 @dataclass
@@ -293,14 +290,7 @@ class StandInTransceiver:
 
 def udp_drops(port: int) -> int:
     """Datagrams the kernel dropped at a UDP socket bound to ``port`` (/proc/net/udp{,6})."""
-    total = 0
-    for name in ("/proc/net/udp", "/proc/net/udp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(name).read_text().splitlines()[1:]:
-                cols = line.split()
-                if int(cols[1].rsplit(":", 1)[1], 16) == port:
-                    total += int(cols[-1])
-    return total
+    return sum(row.drops for row in udp_socket_rows() if row.port == port)
 
 
 @dataclass
@@ -382,11 +372,7 @@ class TransceiverProcess:
                 target = os.readlink(fd)
                 if target.startswith("socket:["):
                     inodes.add(target[8:-1])
-        udp = set()
-        for name in ("/proc/net/udp", "/proc/net/udp6"):
-            for line in Path(name).read_text().splitlines()[1:]:
-                udp.add(line.split()[9])
-        return len(inodes & udp)
+        return len(inodes & {row.inode for row in udp_socket_rows()})
 
     def stop(self, timeout_s: float = 40.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
@@ -458,13 +444,8 @@ class RedisServer:
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def __enter__(self) -> RedisServer:
         return self.start()

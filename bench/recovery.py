@@ -20,32 +20,62 @@ Targets (from the issue): worker <= 50 ms p95; relay with Redis <= 200 ms p95, w
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import statistics
 import time
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
+from bench.harness.cli import Echo, out_option, run_and_report, run_async
+from bench.harness.stats import percentile_nearest_index
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller, loopback_only
 
 # ``path`` has no target in the issue; it restores the flow from Redis like ``relay-redis``.
-TARGETS_MS = {
-    "baseline": None,
-    "worker": 50,
-    "relay-redis": 200,
-    "relay-no-redis": 6000,
-    "path": None,
-}
+TARGETS_MS = {"worker": 50, "relay-redis": 200, "relay-no-redis": 6000}
 # Pause after a trial. Without Redis each replacement breaks the path for a few seconds, and the
 # transceiver's own consent checks (RFC 7675; aioice: every 4-6 s, never retransmitted, six
 # failures in a row end the call) fail meanwhile: back-to-back outages would expire consent,
 # which no real roll-out does. One clean consent round between trials keeps trials independent.
 SETTLE_S = {"relay-no-redis": 6.5}
+RUN_DEADLINE_S = 900.0
+
+
+# -- the trials: one event each, its gap in ms -----------------------------------------------------
+@dataclass
+class CallPath:
+    """What a trial acts on: the call, the relays (the last one carries the call; a trial may
+    start another), the load balancer in front (``path`` only) and Redis (None: without)."""
+
+    caller: EchoCaller
+    relays: list[RelayProcess]
+    proxy: NatProxy | None
+    redis_url: str | None
+
+    @property
+    def relay(self) -> RelayProcess:
+        return self.relays[-1]
+
+    def another_relay(self, same_port: bool) -> tuple[RelayProcess, RelayProcess]:
+        """(the relay carrying the call, a new one for the same transceivers and keyring): a
+        replacement on the same public port, or another node's on a port of its own. The new
+        one is stopped with the others after the scenario, whatever happens."""
+        old = self.relay
+        new = RelayProcess(
+            dict(old.transceivers),
+            workers=old.workers,
+            keyring=old.keyring,
+            cluster=old.cluster,
+            extra_args=["--redis-url", self.redis_url] if self.redis_url else [],
+        )
+        if same_port:
+            new.port = old.port
+        self.relays.append(new)
+        return old, new
 
 
 async def busiest_worker(relay: RelayProcess) -> int:
@@ -60,154 +90,155 @@ async def busiest_worker(relay: RelayProcess) -> int:
     return max(range(2), key=lambda w: after[w] - before[w])
 
 
-async def trial_baseline(caller: EchoCaller) -> float:
+async def trial_baseline(path: CallPath) -> float:
     """Nothing happens: the longest gap of an undisturbed call over the same window."""
     at = time.monotonic()
     await asyncio.sleep(1.0)
-    return caller.echo.gap_ms(at - 0.5, time.monotonic())
+    return path.caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
-async def trial_worker(caller: EchoCaller, relay: RelayProcess) -> float:
-    worker = await busiest_worker(relay)
-    pid = relay.worker_pids()[worker]
+async def trial_worker(path: CallPath) -> float:
+    worker = await busiest_worker(path.relay)
+    pid = path.relay.worker_pids()[worker]
     at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    await caller.wait_for_echo(at, 5)
+    await path.caller.wait_for_echo(at, 5)
     await asyncio.sleep(0.5)
-    return caller.echo.gap_ms(at - 0.5, time.monotonic())
+    return path.caller.echo.gap_ms(at - 0.5, time.monotonic())
 
 
-def relay_like(old: RelayProcess, redis_url: str | None) -> RelayProcess:
-    new = RelayProcess(
-        dict(old.transceivers),
-        workers=old.workers,
-        keyring=old.keyring,
-        cluster=old.cluster,
-        extra_args=["--redis-url", redis_url] if redis_url else [],
-    )
-    new.port = old.port
-    return new
-
-
-async def trial_replace(caller: EchoCaller, relay: RelayProcess, redis_url: str | None):  # type: ignore[no-untyped-def]
+async def trial_replace(path: CallPath) -> float:
     # The new relay joins the public port's SO_REUSEPORT group as soon as it binds, and the
     # kernel may move the call to it right then: the window opens before it starts.
     begin = time.monotonic()
-    new = relay_like(relay, redis_url)
+    old, new = path.another_relay(same_port=True)
     await asyncio.to_thread(new.start)  # off the caller's loop: starting takes ~a second
     await asyncio.sleep(0.3)
     at = time.monotonic()
-    assert relay.proc is not None
-    for pid in relay.worker_pids():
+    assert old.proc is not None
+    for pid in old.worker_pids():
         os.kill(pid, signal.SIGKILL)
-    relay.proc.kill()
-    relay.proc.wait()
-    ok = await caller.wait_for_echo(at, 10)
+    old.proc.kill()
+    old.proc.wait()
+    ok = await path.caller.wait_for_echo(at, 10)
     await asyncio.sleep(0.5)
-    gap = caller.echo.gap_ms(begin - 0.3, time.monotonic()) if ok else 10_000.0
-    return gap, new
+    return path.caller.echo.gap_ms(begin - 0.3, time.monotonic()) if ok else 10_000.0
 
 
-async def trial_path(caller: EchoCaller, proxy: NatProxy, relay: RelayProcess, redis_url: str):  # type: ignore[no-untyped-def]
+async def trial_path(path: CallPath) -> float:
     """The caller's packets now reach another node's relay, which has never seen the call."""
-    new = RelayProcess(
-        dict(relay.transceivers), workers=relay.workers, keyring=relay.keyring,
-        cluster=relay.cluster, extra_args=["--redis-url", redis_url],
-    )  # fmt: skip
+    assert path.proxy is not None and path.redis_url is not None
+    old, new = path.another_relay(same_port=False)
     await asyncio.to_thread(new.start)
     await asyncio.sleep(0.3)
     at = time.monotonic()
-    proxy.upstream = new.address
-    await caller.wait_for_echo(at, 5)
+    path.proxy.upstream = new.address
+    await path.caller.wait_for_echo(at, 5)
     await asyncio.sleep(0.5)
-    gap = caller.echo.gap_ms(at - 0.5, time.monotonic())
-    await asyncio.to_thread(relay.stop)  # the node left behind, still up during the trial
-    return gap, new
+    gap = path.caller.echo.gap_ms(at - 0.5, time.monotonic())
+    await asyncio.to_thread(old.stop)  # the node left behind, still up during the trial
+    return gap
 
 
-SCENARIOS = ("baseline", "worker", "relay-redis", "relay-no-redis", "path")
+TRIALS: dict[str, Callable[[CallPath], Awaitable[float]]] = {
+    "baseline": trial_baseline,
+    "worker": trial_worker,
+    "relay-redis": trial_replace,
+    "relay-no-redis": trial_replace,
+    "path": trial_path,
+}
+SCENARIOS = tuple(TRIALS)
+
+
+# -- a scenario: one call, its trials --------------------------------------------------------------
+async def run_scenario(
+    scenario: str, trials: int, redis_url: str | None, stock_jitter_buffer: bool
+) -> tuple[list[float], dict[str, float]]:
+    """Start a relay (2 workers), a transceiver and one caller; run the trials; stop them all.
+    Returns the gaps and the transceiver's ended-session counts by reason."""
+    relay = RelayProcess({}, workers=2, extra_args=["--redis-url", redis_url] if redis_url else [])
+    # ``path``: a proxy in front plays the load balancer that steers the caller's packets to
+    # another node's relay.
+    proxy = NatProxy(relay.address) if scenario == "path" else None
+    trx = TransceiverProcess(relay, advertise=proxy.address if proxy else None)
+    relay.transceivers = {0: trx.media_address}
+    if proxy is not None:
+        proxy.start()
+    path = CallPath(EchoCaller(stock_jitter_buffer), [relay], proxy, redis_url)
+    gaps: list[float] = []
+    try:
+        relay.start()
+        trx.start()
+        await path.caller.connect(trx.url)
+        await asyncio.sleep(1.0)
+        for _ in range(trials):
+            gaps.append(await TRIALS[scenario](path))
+            await asyncio.sleep(SETTLE_S.get(scenario, 0.5))
+        return gaps, sessions_ended(trx)
+    finally:
+        await path.caller.pc.close()
+        trx.stop(timeout_s=5)
+        for started in path.relays:
+            started.stop()
+        if proxy is not None:
+            proxy.close()
+
+
+def sessions_ended(trx: TransceiverProcess) -> dict[str, float]:
+    """The transceiver's sessions_ended_total by reason: a trial must end no session."""
+    text = trx.http("/metrics", port=trx.metrics_port)[1]
+    return {
+        line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rtcedge_transceiver_sessions_ended_total{")
+    }
+
+
+def summarize(
+    name: str, gaps: list[float], ended: dict[str, float], stock_jitter_buffer: bool
+) -> dict[str, Any]:
+    """A scenario's gaps against its target."""
+    p95 = percentile_nearest_index(sorted(gaps), 0.95)
+    target = TARGETS_MS.get(name)
+    return {
+        "trials": len(gaps),
+        "gap_ms": [round(g, 1) for g in gaps],
+        "p50_ms": round(statistics.median(gaps), 1),
+        "p95_ms": round(p95, 1),
+        "target_p95_ms": target,
+        "pass": target is None or p95 <= target,
+        "sessions_ended_during_trials": ended,
+        "caller_jitter_buffer": "aiortc" if stock_jitter_buffer else "rtcedge",
+    }
 
 
 async def run_bench(
-    trials: int,
-    out_dir: str,
-    scenarios: tuple[str, ...] = SCENARIOS,
-    stock_jitter_buffer: bool = False,
-) -> dict:
+    trials: int, scenarios: tuple[str, ...] = SCENARIOS, stock_jitter_buffer: bool = False
+) -> dict[str, Any]:
+    """Every scenario in turn, with one Redis for those that use it: the result, by scenario."""
     loopback_only()
-    results: dict[str, list[float]] = {}
-    ended: dict[str, dict[str, float]] = {}
+    result = {}
     with RedisServer() as rds:
-        for scenario in scenarios:
-            redis_url = rds.url if scenario != "relay-no-redis" else None
-            redis_args = ["--redis-url", redis_url] if redis_url else []
-            relay = RelayProcess({}, workers=2, extra_args=redis_args)
-            # ``path``: a proxy in front plays the load balancer that steers the caller's
-            # packets to another node's relay.
-            proxy = NatProxy(relay.address) if scenario == "path" else None
-            trx = TransceiverProcess(relay, advertise=proxy.address if proxy else None)
-            relay.transceivers = {0: trx.media_address}
-            relay.start()
-            if proxy is not None:
-                proxy.start()
-            trx.start()
-            caller = EchoCaller(stock_jitter_buffer)
-            gaps: list[float] = []
-            try:
-                await caller.connect(trx.url)
-                await asyncio.sleep(1.0)
-                for _ in range(trials):
-                    if scenario == "baseline":
-                        gaps.append(await trial_baseline(caller))
-                    elif scenario == "worker":
-                        gaps.append(await trial_worker(caller, relay))
-                    elif scenario == "path":
-                        assert proxy is not None and redis_url is not None
-                        gap, relay = await trial_path(caller, proxy, relay, redis_url)
-                        gaps.append(gap)
-                    else:
-                        gap, relay = await trial_replace(caller, relay, redis_url)
-                        gaps.append(gap)
-                    await asyncio.sleep(SETTLE_S.get(scenario, 0.5))
-                text = trx.http("/metrics", port=trx.metrics_port)[1]
-                ended[scenario] = {
-                    line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-                    for line in text.splitlines()
-                    if line.startswith("rtcedge_transceiver_sessions_ended_total{")
-                }
-            finally:
-                await caller.pc.close()
-                trx.stop(timeout_s=5)
-                relay.stop()
-                if proxy is not None:
-                    proxy.close()
-            results[scenario] = gaps
-    summary = {}
-    for name, gaps in results.items():
-        ordered = sorted(gaps)
-        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-        summary[name] = {
-            "trials": len(gaps),
-            "gap_ms": [round(g, 1) for g in gaps],
-            "p50_ms": round(statistics.median(gaps), 1),
-            "p95_ms": round(p95, 1),
-            "target_p95_ms": TARGETS_MS[name],
-            "pass": TARGETS_MS[name] is None or p95 <= TARGETS_MS[name],
-            "sessions_ended_during_trials": ended.get(name, {}),
-            "caller_jitter_buffer": "aiortc" if stock_jitter_buffer else "rtcedge",
-        }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = out / f"recovery-{stamp}.json"
-    path.write_text(json.dumps(summary, indent=2))
-    summary["_path"] = str(path)  # type: ignore[assignment]
-    return summary
+        for name in scenarios:
+            redis_url = rds.url if name != "relay-no-redis" else None
+            gaps, ended = await run_scenario(name, trials, redis_url, stock_jitter_buffer)
+            result[name] = summarize(name, gaps, ended, stock_jitter_buffer)
+    return result
+
+
+def print_report(result: dict[str, Any], echo: Echo) -> None:
+    echo(f"{'scenario':16} {'trials':>6} {'p50 ms':>8} {'p95 ms':>8} {'target':>8}  result")
+    for name, s in result.items():
+        verdict = "-" if s["target_p95_ms"] is None else ("PASS" if s["pass"] else "FAIL")
+        echo(
+            f"{name:16} {s['trials']:>6} {s['p50_ms']:>8} {s['p95_ms']:>8} "
+            f"{s['target_p95_ms'] or '-':>8}  {verdict}"
+        )
 
 
 @click.command()
 @click.option("--trials", type=click.IntRange(1, 100), default=10, show_default=True)
-@click.option("--out", default=str(Path(__file__).parent / "results"), show_default=True)
+@out_option
 @click.option(
     "--scenario",
     "scenarios",
@@ -221,20 +252,15 @@ async def run_bench(
     help="Give the caller aiortc's own audio jitter buffer (stalls ~300 ms after a loss).",
 )
 def recovery_bench(
-    trials: int, out: str, scenarios: tuple[str, ...], stock_jitter_buffer: bool
+    trials: int, out_dir: str, scenarios: tuple[str, ...], stock_jitter_buffer: bool
 ) -> None:
     """Audio gap a real caller hears when a worker, a relay or the path fails over."""
-    run = run_bench(trials, out, scenarios or SCENARIOS, stock_jitter_buffer)
-    summary = asyncio.run(asyncio.wait_for(run, 900))
-    path = summary.pop("_path")
-    click.echo(f"{'scenario':16} {'trials':>6} {'p50 ms':>8} {'p95 ms':>8} {'target':>8}  result")
-    for name, s in summary.items():
-        verdict = "-" if s["target_p95_ms"] is None else ("PASS" if s["pass"] else "FAIL")
-        click.echo(
-            f"{name:16} {s['trials']:>6} {s['p50_ms']:>8} {s['p95_ms']:>8} "
-            f"{s['target_p95_ms'] or '-':>8}  {verdict}"
-        )
-    click.echo(f"results: {path}")
+
+    def measure() -> dict[str, Any]:
+        bench = run_bench(trials, scenarios or SCENARIOS, stock_jitter_buffer)
+        return run_async(bench, RUN_DEADLINE_S)
+
+    run_and_report("recovery", measure, print_report, out_dir)
 
 
 if __name__ == "__main__":

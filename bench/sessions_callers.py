@@ -1,0 +1,310 @@
+"""The sessions benchmark's callers: many aiortc echo calls per process, driven over a pipe.
+
+A caller worker (``python -m bench.sessions_callers MAX_SECONDS``) runs several calls on one
+asyncio loop and speaks a line protocol: one JSON command per line on stdin, one JSON reply per
+line on stdout. Each call sends a tone encoded to Opus once at start-up (``OpusToneTrack``) and
+counts what comes back at the RTP level (``EchoCounter``), so that the callers stay cheap and
+the transceiver, not they, is what runs out. ``WorkerProcess`` and ``collect`` are the
+benchmark's end of the pipe (``bench/sessions.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness.bounds import Deadline
+from bench.harness.processes import stop_process
+
+
+# -- the worker process: several calls on one asyncio loop -----------------------------------------
+class EchoCall:
+    """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE."""
+
+    def __init__(self, call_id: int, hz: int, packets: list[bytes]) -> None:
+        # aiortc is imported in the worker processes only: the benchmark imports this module.
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        from bench.webrtc_client import EchoCounter, OpusToneTrack
+
+        self.id = call_id
+        self.hz = hz
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.tone = OpusToneTrack(packets)
+        self.pc.addTrack(self.tone)
+        # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
+        self.pc.createDataChannel("events")
+        self.echo = EchoCounter(hz)
+        self.connected = asyncio.Event()
+        self.offer_at: float | None = None
+        self.connected_at: float | None = None
+        self.location = ""
+        self.error = ""
+        self.hanging_up = False
+        self.pc.on("connectionstatechange", self._on_state)
+        self.pc.on("track", self._on_track)
+
+    def _on_state(self) -> None:
+        if self.pc.connectionState == "connected" and self.connected_at is None:
+            self.connected_at = time.monotonic()
+            self.connected.set()
+        elif self.pc.connectionState in ("failed", "closed") and not self.hanging_up:
+            self.error = self.error or f"connection {self.pc.connectionState}"
+
+    def _on_track(self, track: Any) -> None:
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.receiver.track is track:
+                self.echo.attach(transceiver.receiver)
+
+    async def connect(self, http: Any, url: str, timeout_s: float) -> None:
+        from aiortc import RTCSessionDescription
+
+        try:
+            await self.pc.setLocalDescription(await self.pc.createOffer())
+            self.offer_at = time.monotonic()
+            async with asyncio.timeout(timeout_s):
+                async with http.post(
+                    f"{url}/whip",
+                    data=self.pc.localDescription.sdp,
+                    headers={"Content-Type": "application/sdp"},
+                ) as resp:
+                    body = await resp.text()
+                    if resp.status != 201:
+                        self.error = f"POST {resp.status}: {body.strip()[:200]}"
+                        return
+                    self.location = resp.headers["Location"]
+                await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+                await self.connected.wait()
+        except TimeoutError:
+            self.error = f"not connected within {timeout_s:.0f} s: {self.pc.connectionState}"
+        except Exception as exc:  # a failed call is a result, not the end of the benchmark
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def counters(self) -> list[int]:
+        e = self.echo
+        return [e.packets_received, e.packets_expected, e.audio_frames, self.tone.frames_sent]
+
+    async def hang_up(self, http: Any, url: str, timeout_s: float) -> None:
+        self.hanging_up = True
+        try:
+            if self.location:
+                async with asyncio.timeout(timeout_s):
+                    async with http.delete(f"{url}{self.location}") as resp:
+                        if resp.status != 200 and not self.error:
+                            self.error = f"DELETE {resp.status}"
+        except Exception as exc:
+            self.error = self.error or f"DELETE failed: {type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.pc.close(), timeout_s)
+
+    def summary(self) -> dict[str, Any]:
+        e = self.echo
+        return {
+            "id": self.id,
+            "hz": self.hz,
+            "connected": self.connected_at is not None,
+            "error": self.error,
+            "offer_to_connected_s": _since(self.offer_at, self.connected_at),
+            "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),
+            "tone_checks": e.tone_checks,
+            "tone_checks_own": e.tone_checks_own,
+            "decode_errors": e.decode_errors,
+        }
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
+
+
+class CallerWorker:
+    """The worker side of the line protocol: one JSON command per line on stdin, one JSON reply
+    per line on stdout. Commands: connect {url, calls: [[id, hz]...], timeout_s}, mark,
+    hangup {timeout_s}, exit."""
+
+    def __init__(self) -> None:
+        self.calls: list[EchoCall] = []
+        self.url = ""
+        self._packets: dict[int, list[bytes]] = {}
+        self.http: Any = None
+
+    def reply(self, message: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    async def handle(self, cmd: dict[str, Any]) -> bool:
+        from bench.webrtc_client import opus_tone_packets
+
+        kind = cmd["cmd"]
+        if kind == "connect":
+            self.url = cmd["url"]
+            for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
+                if hz not in self._packets:
+                    self._packets[hz] = opus_tone_packets(hz)
+            self.calls = [EchoCall(i, hz, self._packets[hz]) for i, hz in cmd["calls"]]
+            await asyncio.gather(
+                *(c.connect(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
+            )
+            self.reply({"event": "connected", "calls": [c.summary() for c in self.calls]})
+        elif kind == "mark":
+            counters = {c.id: c.counters() for c in self.calls}
+            self.reply({"event": "mark", "t": time.monotonic(), "calls": counters})
+        elif kind == "hangup":
+            await asyncio.gather(
+                *(c.hang_up(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
+            )
+            self.reply({"event": "hungup", "calls": [c.summary() for c in self.calls]})
+            self.calls = []
+        elif kind == "exit":
+            return False
+        return True
+
+    async def serve(self) -> None:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as self.http:
+            try:
+                self.reply({"event": "ready", "pid": os.getpid()})
+                while line := await reader.readline():  # EOF: the parent is gone
+                    if not await self.handle(json.loads(line)):
+                        break
+            finally:
+                for call in self.calls:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(call.pc.close(), 5)
+
+
+def worker_main(argv: list[str]) -> None:
+    """Entry point of a worker process: serves commands until ``exit``, EOF or its deadline."""
+    from bench.webrtc_client import loopback_only
+
+    max_seconds = float(argv[0]) if argv else 600.0
+    loopback_only()
+    with contextlib.suppress(TimeoutError, KeyboardInterrupt):
+        asyncio.run(asyncio.wait_for(CallerWorker().serve(), max_seconds))
+
+
+# -- the orchestrator's end of the workers --------------------------------------------------------
+class WorkerProcess:
+    """A worker in a child process, spoken to over its stdin/stdout."""
+
+    def __init__(self, index: int, max_seconds: float, log_dir: Path) -> None:
+        self.index = index
+        self.log_path = log_dir / f"worker-{index}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.sessions_callers", str(max_seconds)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        self.pending = b""  # a reply line read in part
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def log_tail(self, chars: int = 1500) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self.send({"cmd": "exit"})
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                stop_process(self.proc)  # SIGTERM, then SIGKILL
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+def collect(workers: list[WorkerProcess], event: str, timeout_s: float) -> list[dict[str, Any]]:
+    """One reply ``event`` from every worker, in worker order, within ``timeout_s``."""
+    replies: dict[int, dict[str, Any]] = {}
+    deadline = Deadline.after(timeout_s)
+    by_fd = {w.proc.stdout.fileno(): w for w in workers}  # type: ignore[union-attr]
+    while len(replies) < len(workers):
+        left_s = deadline.left_s()
+        if left_s <= 0:
+            missing = [w.index for w in workers if w.index not in replies]
+            raise RuntimeError(f"workers {missing} did not answer '{event}' in {timeout_s:.0f} s")
+        ready, _, _ = select.select(list(by_fd), [], [], left_s)
+        for fd in ready:
+            w = by_fd[fd]
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise RuntimeError(f"worker {w.index} exited: {w.log_tail()}")
+            w.pending += chunk
+            while b"\n" in w.pending:
+                line, w.pending = w.pending.split(b"\n", 1)
+                message = json.loads(line)
+                if message.get("event") == event:
+                    replies[w.index] = message
+    return [replies[w.index] for w in workers]
+
+
+# -- the commands, sent to several workers at once and answered by each ----------------------------
+def connect(
+    shares: dict[WorkerProcess, list[list[int]]], url: str, timeout_s: float
+) -> list[dict[str, Any]]:
+    """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url``."""
+    for w, share in shares.items():
+        w.send({"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s})
+    return collect(list(shares), "connected", timeout_s + 30)
+
+
+def mark(workers: list[WorkerProcess]) -> list[dict[str, Any]]:
+    """Every call's counters, now: two marks bound a window of the callers' own counts."""
+    for w in workers:
+        w.send({"cmd": "mark"})
+    return collect(workers, "mark", 10)
+
+
+def hang_up(workers: list[WorkerProcess]) -> list[dict[str, Any]]:
+    """Every call hangs up (WHIP DELETE); the replies hold each call's final summary."""
+    for w in workers:
+        with contextlib.suppress(OSError, ValueError):
+            w.send({"cmd": "hangup", "timeout_s": 5})
+    return collect(workers, "hungup", 30)
+
+
+def start_workers(
+    count: int, max_seconds: float, log_dir: Path, stack: contextlib.ExitStack
+) -> list[WorkerProcess]:
+    """``count`` workers, ready; each is stopped by ``stack`` (an ExitStack) on the way out."""
+    workers: list[WorkerProcess] = []
+
+    def stop_all() -> None:
+        for w in workers:
+            w.stop()
+
+    stack.callback(stop_all)
+    for i in range(count):
+        workers.append(WorkerProcess(i, max_seconds, log_dir))
+    collect(workers, "ready", 60)
+    return workers
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1:])

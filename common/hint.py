@@ -1,4 +1,4 @@
-"""The signed routing hint that a transceiver uses as its ICE ufrag (DESIGN.md "Routing hint").
+"""The signed routing hint a transceiver uses as its ICE ufrag (docs/design.md, "Routing hint").
 
 A browser echoes our ufrag in the USERNAME of every connectivity check (RFC 8445 7.2.2), so the
 relay can learn from a flow's first packet which transceiver owns the session, with no shared state.
@@ -91,8 +91,8 @@ class RoutingHint:
 class Keyring:
     """Hint keys by id. Signing uses ``signing_key_id``; verification accepts every key.
 
-    Rotation (DESIGN.md): add the new key everywhere, switch ``signing_key_id``, then drop the old
-    key once the maximum session age has passed.
+    Rotation (docs/design.md): add the new key everywhere, switch ``signing_key_id``, then drop
+    the old key once the maximum session age has passed.
     """
 
     __slots__ = ("keys", "signing_key_id")

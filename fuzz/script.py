@@ -174,9 +174,10 @@ def may_send(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | None)
 
 
 def path_allowed(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | None) -> bool:
-    """Whether the session's latched path may be (client, relay) (DESIGN.md: latch to the newest
-    address that passed a connectivity check). One relaxation is by design: the latched client
-    heard through another of our relays is followed at once (transceiver/demux.py)."""
+    """Whether the session's media path may be (client, relay): an address that authenticated
+    for the session (docs/design.md: media moves only to an address proved by a round trip, which
+    the harness models with ``select``). One relaxation is by design: the path's client heard
+    through another of our relays is followed at once (transceiver/demux.py)."""
     if (client, relay) in slot.ever:
         return True
     if client not in slot.clients_ever():

@@ -3,7 +3,7 @@
 Inbound, the caller's decoded frames (stereo s16 from aiortc's Opus decoder) become mono PCM.
 Outbound, ``BackendAudioTrack`` paces the backend's PCM in real time and encodes it to Opus
 itself, returning encoded packets to aiortc's sender: the sender then only packetizes them. That
-removes two per-frame costs of stock aiortc (DESIGN.md) without patching it: the pure-Python
+removes two per-frame costs of stock aiortc (docs/design.md) without patching it: the pure-Python
 ``compute_audio_level_dbov`` over every frame, and a thread-pool round trip
 (``run_in_executor``) for every encode. The price: no RFC 6464 audio-level header extension on
 outbound packets, which a 1:1 voice session does not need.

@@ -1,4 +1,4 @@
-"""ICE for one session over the process's shared UDP socket (DESIGN.md, "Transceiver").
+"""ICE for one session over the process's shared UDP socket (docs/design.md, "The transceiver").
 
 aiortc gives every peer connection an ``aioice.Connection`` that binds its own sockets. Instead,
 each session gets a ``SharedSocketConnection``:

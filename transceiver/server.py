@@ -1,6 +1,6 @@
 """The transceiver process: one media socket, its sessions, the backend, the watchdog.
 
-One asyncio process = one transceiver id = one UDP socket (DESIGN.md). Datagrams arrive either
+One asyncio process = one transceiver id = one UDP socket (docs/design.md). Datagrams arrive either
 encapsulated by a relay (first byte 0xFF) or raw from a client talking to the socket directly;
 ``transceiver.classify`` decides the session (``Demux`` behind it), ``transceiver.media`` is the
 socket, and replies follow the session's latched path. Sessions are created here.

@@ -2,7 +2,7 @@
 
 Meant to run INSIDE a fresh loopback-only network namespace (``unshare --net`` then
 ``ip link set lo up``; ``test_browser.py`` does that): Chromium would otherwise offer and use a
-non-loopback address of the machine (see DESIGN.md, measured facts). The harness starts the stack
+non-loopback address of the machine (docs/transceiver.md). The harness starts the stack
 (``rtcedge up`` by default), then Chromium with a fake microphone that plays a beep, drives the page
 over the Chrome DevTools Protocol (a small aiohttp WebSocket client; no browser-automation
 dependency), clicks Talk, waits for the call to connect, lets audio flow, reads

@@ -11,8 +11,11 @@ then the original payload. 0xFF is outside every RFC 7983 range, so an encapsula
 never be taken for STUN, DTLS or SRTP. The hop limit bounds relay tiers (edge relay -> cluster relay
 -> transceiver): a relay forwarding to another relay decrements it and drops at zero.
 
-``encode_header_packed`` and ``decode_packed`` are the relay's hot path (no ipaddress objects); the
-rest is for reading, tests and stand-ins.
+The layout is defined once, as the offsets below; every reader and writer derives from them. The
+relay never calls a function of this module per packet: it writes a flow's header once with
+``encode_header_packed`` and, per batch, checks and copies header fields at these offsets with
+strided views (relay.headers). The transceiver decodes each datagram with ``decode_packed`` (no
+ipaddress objects); the rest is for reading, tests and stand-ins.
 """
 
 import ipaddress
@@ -20,11 +23,21 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
+    "ADDRESS_LEN",
+    "ADDRESS_OFFSET",
     "DEFAULT_HOP_LIMIT",
+    "FLAGS_OFFSET",
+    "HEADER_LEN",
     "HEADER_LEN_V4",
     "HEADER_LEN_V6",
+    "HOP_LIMIT_OFFSET",
     "MAGIC",
+    "MAGIC_OFFSET",
+    "PORT_LEN",
+    "PORT_OFFSET",
     "VERSION",
+    "VERSION_FAMILY",
+    "VERSION_FAMILY_OFFSET",
     "EncapError",
     "EncapHeader",
     "decode_header",
@@ -36,14 +49,27 @@ __all__ = [
 
 MAGIC = 0xFF
 VERSION = 1
-HEADER_LEN_V4 = 10
-HEADER_LEN_V6 = 22
 DEFAULT_HOP_LIMIT = 4
 
+# The layout: byte offset (and length) of each field; the family is 4 or 6, as in the header.
+MAGIC_OFFSET = 0
+VERSION_FAMILY_OFFSET = 1
+HOP_LIMIT_OFFSET = 2
+FLAGS_OFFSET = 3
+PORT_OFFSET = 4
+PORT_LEN = 2
+ADDRESS_OFFSET = PORT_OFFSET + PORT_LEN
+ADDRESS_LEN = {4: 4, 6: 16}
+HEADER_LEN = {family: ADDRESS_OFFSET + n for family, n in ADDRESS_LEN.items()}
+HEADER_LEN_V4 = HEADER_LEN[4]  # 10
+HEADER_LEN_V6 = HEADER_LEN[6]  # 22
+VERSION_FAMILY = {family: (VERSION << 4) | family for family in ADDRESS_LEN}
+
+# The fields before the address, in the order of their offsets above (the tests check it).
 _FIXED = struct.Struct("!BBBBH")  # magic, version|family, hop limit, flags, client port
-_FIXED_LEN = _FIXED.size  # 6
-_VERSION_FAMILY_V4 = (VERSION << 4) | 4
-_VERSION_FAMILY_V6 = (VERSION << 4) | 6
+assert _FIXED.size == ADDRESS_OFFSET
+_VERSION_FAMILY_V4 = VERSION_FAMILY[4]
+_VERSION_FAMILY_V6 = VERSION_FAMILY[6]
 
 
 class EncapError(ValueError):
@@ -62,7 +88,7 @@ class EncapHeader:
 
     @property
     def header_len(self) -> int:
-        return HEADER_LEN_V4 if self.family == 4 else HEADER_LEN_V6
+        return HEADER_LEN[self.family]
 
 
 def encode_header_packed(
@@ -72,7 +98,7 @@ def encode_header_packed(
     hop_limit: int = DEFAULT_HOP_LIMIT,
     flags: int = 0,
 ) -> bytes:
-    """Encode from a packed address (as taken from a sockaddr). Hot path."""
+    """Encode from a packed address, as a sockaddr holds it (the relay: once per flow)."""
     if family == 4:
         if len(packed_ip) != 4:
             raise EncapError("IPv4 address must be 4 bytes")
@@ -115,12 +141,13 @@ def encapsulate(
 
 
 def decode_packed(buf: bytes | bytearray | memoryview) -> tuple[int, bytes, int, int, int]:
-    """(family, packed client IP, client port, hop limit, payload offset). Hot path.
+    """(family, packed client IP, client port, hop limit, payload offset): per packet, so no
+    ipaddress objects.
 
     Flags are not returned: version 1 defines none, and the relay forwards headers it rewrites.
     """
     n = len(buf)
-    if n < _FIXED_LEN:
+    if n < ADDRESS_OFFSET:
         raise EncapError("too short")
     magic, version_family, hop_limit, _flags, port = _FIXED.unpack_from(buf, 0)
     if magic != MAGIC:
@@ -128,11 +155,11 @@ def decode_packed(buf: bytes | bytearray | memoryview) -> tuple[int, bytes, int,
     if version_family == _VERSION_FAMILY_V4:
         if n < HEADER_LEN_V4:
             raise EncapError("too short")
-        return 4, bytes(buf[_FIXED_LEN:HEADER_LEN_V4]), port, hop_limit, HEADER_LEN_V4
+        return 4, bytes(buf[ADDRESS_OFFSET:HEADER_LEN_V4]), port, hop_limit, HEADER_LEN_V4
     if version_family == _VERSION_FAMILY_V6:
         if n < HEADER_LEN_V6:
             raise EncapError("too short")
-        return 6, bytes(buf[_FIXED_LEN:HEADER_LEN_V6]), port, hop_limit, HEADER_LEN_V6
+        return 6, bytes(buf[ADDRESS_OFFSET:HEADER_LEN_V6]), port, hop_limit, HEADER_LEN_V6
     if version_family >> 4 != VERSION:
         raise EncapError("bad version")
     raise EncapError("bad family")
@@ -142,4 +169,4 @@ def decode_header(buf: bytes | bytearray | memoryview) -> tuple[EncapHeader, int
     """The header in readable form and the offset where the original payload starts."""
     family, packed_ip, port, hop_limit, offset = decode_packed(buf)
     address = str(ipaddress.ip_address(packed_ip))
-    return EncapHeader(family, hop_limit, buf[3], address, port), offset
+    return EncapHeader(family, hop_limit, buf[FLAGS_OFFSET], address, port), offset

@@ -8,11 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.encap import (
+    ADDRESS_LEN,
+    ADDRESS_OFFSET,
     DEFAULT_HOP_LIMIT,
+    FLAGS_OFFSET,
+    HEADER_LEN,
     HEADER_LEN_V4,
     HEADER_LEN_V6,
+    HOP_LIMIT_OFFSET,
     MAGIC,
+    MAGIC_OFFSET,
+    PORT_LEN,
+    PORT_OFFSET,
     VERSION,
+    VERSION_FAMILY,
+    VERSION_FAMILY_OFFSET,
     EncapError,
     EncapHeader,
     decode_header,
@@ -42,6 +52,20 @@ def test_constants_match_the_layout():
     assert (MAGIC, VERSION) == (0xFF, 1)
     assert len(encode_header("10.0.0.1", 1)) == HEADER_LEN_V4 == 10
     assert len(encode_header("::1", 1)) == HEADER_LEN_V6 == 22
+
+
+@pytest.mark.parametrize(("family", "ip"), [(4, "192.0.2.1"), (6, "2001:db8::1")])
+def test_every_field_sits_at_its_exported_offset(family, ip):
+    """The offsets the relay derives its header checks and copy plan from are the encoder's."""
+    packed = ipaddress.ip_address(ip).packed
+    header = encode_header_packed(family, packed, 0x1234, hop_limit=7, flags=9)
+    assert len(header) == HEADER_LEN[family] == ADDRESS_OFFSET + ADDRESS_LEN[family]
+    assert header[MAGIC_OFFSET] == MAGIC
+    assert header[VERSION_FAMILY_OFFSET] == VERSION_FAMILY[family] == (VERSION << 4) | family
+    assert header[HOP_LIMIT_OFFSET] == 7
+    assert header[FLAGS_OFFSET] == 9
+    assert header[PORT_OFFSET : PORT_OFFSET + PORT_LEN] == b"\x12\x34"
+    assert header[ADDRESS_OFFSET:] == packed
 
 
 def test_encapsulated_datagrams_classify_as_encap_not_as_webrtc_traffic():

@@ -32,7 +32,9 @@ IOVEC_WORDS = 2  # iov_base, iov_len
 SOCKADDR_LEN = {socket.AF_INET: 16, socket.AF_INET6: 28}
 # Sockaddrs sit at a word-aligned stride so they can be read as 64-bit words (relay.peerkey).
 NAME_STRIDE = {socket.AF_INET: 16, socket.AF_INET6: 32}
-# Offset and length of the address inside the sockaddr.
+# Offset and length of the port (network order, as sin_port and sin6_port hold it) and of the
+# address inside the sockaddr.
+PORT_SLICE = (2, 2)
 ADDR_SLICE = {socket.AF_INET: (4, 4), socket.AF_INET6: (8, 16)}
 
 assert ctypes.sizeof(ctypes.c_void_p) == 8, "relay.mmsg supports LP64 platforms only"
@@ -163,4 +165,6 @@ def sockaddr_bytes(family: int, host: str, port: int) -> bytes:
 def sockaddr_to_host_port(family: int, raw: bytes | memoryview) -> tuple[str, int]:
     """Decode raw sockaddr bytes (as produced by the kernel or ``sockaddr_bytes``)."""
     off, n = ADDR_SLICE[family]
-    return socket.inet_ntop(family, bytes(raw[off : off + n])), int.from_bytes(raw[2:4], "big")
+    port_off, port_len = PORT_SLICE
+    port = int.from_bytes(raw[port_off : port_off + port_len], "big")
+    return socket.inet_ntop(family, bytes(raw[off : off + n])), port

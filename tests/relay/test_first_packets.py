@@ -16,7 +16,6 @@ import time
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
-from relay.peerkey import PeerKeys
 from tests.support.loopback import SpoofingSender, collect, drain, udp, udp_client
 from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 from tests.support.waits import wait_for
@@ -78,16 +77,6 @@ def test_a_full_prefix_table_makes_the_prefixes_beyond_it_share_one_budget():
     assert len(worker.first_packets) == 3
     worker.tick(worker.now + 10)  # every bucket full again: the tick forgets them
     assert len(worker.first_packets) == 0
-
-
-def test_source_prefixes_are_a_v4_slash_24_and_a_v6_slash_64():
-    v4 = PeerKeys(socket.AF_INET)
-    raw = (2).to_bytes(2, "little") + (5000).to_bytes(2, "big") + bytes([203, 0, 113, 7]) + bytes(8)
-    assert v4.prefix(v4.from_sockaddr(raw)) == bytes([203, 0, 113])
-    v6 = PeerKeys(socket.AF_INET6)
-    address = socket.inet_pton(socket.AF_INET6, "2001:db8:1:2:3:4:5:6")
-    raw6 = (10).to_bytes(2, "little") + (5000).to_bytes(2, "big") + bytes(4) + address + bytes(8)
-    assert v6.prefix(v6.from_sockaddr(raw6)) == address[:8]
 
 
 def test_a_flood_of_forged_hints_from_one_prefix_is_cut_before_the_hmac_through_a_real_relay():

@@ -1,8 +1,10 @@
 """Classify a UDP datagram by its first byte, as RFC 7983 (updated by RFC 9443) demultiplexes.
 
 The relay and the transceiver both receive STUN, DTLS and SRTP/SRTCP on one port and must tell them
-apart before parsing anything. The hot path indexes ``CLASS_BY_FIRST_BYTE`` directly; ``classify``
-is the readable form for everything else.
+apart before parsing anything. The relay's admission (relay.admission: only STUN may start a flow)
+indexes ``CLASS_BY_FIRST_BYTE`` directly, once per packet of a client without a flow; a confirmed
+flow's packets are forwarded unread and never classified. ``classify`` is the readable form, with
+a range check, for everything else.
 """
 
 import enum

@@ -1,8 +1,8 @@
 """A relay worker: one public socket in the SO_REUSEPORT group, one internal socket, one core.
 
 Client -> transceiver: a packet from a confirmed flow is sent on, unread, with the flow's
-precomputed encapsulation header as a first iovec and the received bytes as the second. Only a
-packet from an unknown client goes to ``_admit`` (the slow path), which accepts nothing but a
+precomputed encapsulation header as a first iovec and the received bytes as the second. A packet
+from any other client is judged by relay.admission (the slow path), which accepts nothing but a
 well-formed STUN Binding request whose USERNAME carries a valid routing hint for an allowlisted
 transceiver.
 
@@ -10,19 +10,19 @@ Transceiver -> client: a packet from an allowlisted transceiver address is decap
 pointing the iovec past the header; the client address in the header becomes the destination and
 creates, refreshes or re-points the confirmed flow (only transceivers ever extend a flow).
 
-The two ``_from_*`` methods are the hot path and are written for speed: locals instead of
-attributes, word views instead of ctypes fields, no allocation but the dict key, no clock.
-Everything else runs on the coarse tick (once a second) and is written for reading.
+This class is the I/O: sockets, batches, signals, the event loop. The two ``_from_*`` methods
+are the hot path and are written for speed: locals instead of attributes, word views instead of
+ctypes fields, no allocation but the dict key, no clock. What changes the flow and routing
+tables off the hot path (configuration, journal and Redis, the once-a-second tick) is
+relay.housekeeping; the headers it sends come from relay.headers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
 import socket
-import struct
 import time
 from array import array
 from collections.abc import Hashable
@@ -30,56 +30,28 @@ from itertools import repeat
 from operator import attrgetter, sub
 
 from common import encap
-from common.hint import HintError, HintVerifier
-from common.stun import StunError, binding_request_username, server_ufrag
+from common.encap import MAGIC_OFFSET, VERSION_FAMILY_OFFSET
 from relay import counters as C
 from relay.addresspolicy import AddressPolicy
+from relay.admission import Admission
 from relay.config import RelayConfig
-from relay.control import ControlBlock, RoutingConfig
-from relay.flowcache import RedisFlowCache
-from relay.flows import EVICTIONS, ConfirmedFlow, FlowLimitError, FlowTable
+from relay.control import ControlBlock
+from relay.flows import FlowTable
+from relay.headers import WIRE, FlowHeaders, address_copy_plan, address_fields
+from relay.housekeeping import Housekeeping
 from relay.journal import FlowJournal
-from relay.mmsg import (
-    ADDR_SLICE,
-    MMSGHDR_WORDS,
-    W_LEN,
-    W_NAME,
-    W_NAMELEN,
-    RecvBatch,
-    SendBatch,
-    sockaddr_bytes,
-)
+from relay.mmsg import MMSGHDR_WORDS, W_LEN, W_NAME, W_NAMELEN, RecvBatch, SendBatch
 from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
+from relay.routing import Routing
 
-HEADER_STRIDE = 24  # bytes reserved per encapsulation header (IPv6 needs 22)
 SLOT_SIZE = 2048  # larger than any datagram a WebRTC peer sends; a full slot means truncation
-CONFIRMED_SWEEPS_PER_TTL = 4
 _DROP = {reason: C.DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
+# A flow's send descriptor (relay.headers.WIRE). Both lengths, the transceivers' sockaddr and
+# the header, are the same for every flow of a worker and are preset in the send batch.
 _WIRE = attrgetter("wire")
-# A flow's send descriptor: its transceiver's sockaddr pointer and its header's pointer. Both
-# lengths are the same for every flow of a worker and are preset in the send batch.
-_WIRE_WORDS = struct.Struct("=QQ")
 _TARGET_ID = attrgetter("target_id")
 _TID = attrgetter("tid")
-
-
-class Target:
-    """An allowlisted transceiver; its sockaddr buffer is updated in place if its address moves,
-    so flows that point at it never need rewriting."""
-
-    def __init__(self, tid: int, family: int, host: str, port: int) -> None:
-        self.tid = tid
-        self.family = family
-        self._buf = ctypes.create_string_buffer(28)
-        self.ptr = ctypes.addressof(self._buf)
-        self.set_address(host, port)
-
-    def set_address(self, host: str, port: int) -> None:
-        raw = sockaddr_bytes(self.family, host, port)
-        ctypes.memmove(self.ptr, raw, len(raw))
-        self.address = (host, port)
-        self.peer_key = PeerKeys(self.family).from_sockaddr(raw)
 
 
 class Worker:
@@ -98,48 +70,53 @@ class Worker:
         self.public = public
         self.internal = internal
         self.ctr = counters
-        self.journal = journal
-        self.control = control
-        self.flows = FlowTable(config.limits)
-        self.policy = AddressPolicy(config.deny_networks, config.allow_networks)
-        # Before the HMAC of a hint (~9 us): per source prefix, a bounded table; a spoofed flood
-        # from more prefixes than it holds shares one overflow budget (relay.ratelimit).
-        rate = config.first_packet_rate_per_s
-        self.first_packets = KeyedBuckets(
-            rate, 2 * rate, config.first_packet_prefixes, overflow=True
-        )
         self.family = config.family
         fam = self.family
         batch = config.batch_size
+        self.keys = PeerKeys(fam)
+        self.internal_keys = PeerKeys(config.internal_family)
+        self.flows = FlowTable(config.limits)
+        self.routing = Routing(config.internal_family, config.max_hint_age_s)
+        rate = config.first_packet_rate_per_s
+        self.admission = Admission(
+            config.cluster,
+            self.keys,
+            AddressPolicy(config.deny_networks, config.allow_networks),
+            KeyedBuckets(rate, 2 * rate, config.first_packet_prefixes, overflow=True),
+            self.flows,
+            self.routing,
+            SLOT_SIZE,
+        )
+        # Headers of confirmed flows live at their journal slot; one scratch header per batch
+        # entry serves packets of pending flows.
+        self.headers = FlowHeaders(self.keys, config.limits.max_confirmed_flows, batch)
+        self.housekeeping = Housekeeping(
+            config,
+            self.keys,
+            self.flows,
+            self.routing,
+            self.headers,
+            journal,
+            control,
+            counters,
+            denies=self.admission.denies,
+            first_packets=self.admission.first_packets,
+        )
+        # The hot path's views of the tables above (the same objects, updated in place).
+        self.peers = self.routing.peers
+        self.refreshed = self.housekeeping.refreshed
         self.rx_pub = RecvBatch(fam, batch, SLOT_SIZE)
         self.rx_int = RecvBatch(config.internal_family, batch, SLOT_SIZE)
         self.tx_int = SendBatch(config.internal_family, batch, iovs=2)
         self.tx_pub = SendBatch(fam, batch, iovs=1)
-        self.keys = PeerKeys(fam)
-        self.internal_keys = PeerKeys(config.internal_family)
-        self.header_len = encap.HEADER_LEN_V4 if fam == socket.AF_INET else encap.HEADER_LEN_V6
-        self.header_verfam = (encap.VERSION << 4) | (4 if fam == socket.AF_INET else 6)
-        # Headers of confirmed flows live at journal slot * HEADER_STRIDE; one scratch header per
-        # batch entry serves packets of pending flows.
-        cap = config.limits.max_confirmed_flows
-        self._headers = (ctypes.c_char * (cap * HEADER_STRIDE))()
-        self._headers_addr = ctypes.addressof(self._headers)
-        self._scratch = (ctypes.c_char * (batch * HEADER_STRIDE))()
-        self._scratch_addr = ctypes.addressof(self._scratch)
+        self.header_len = self.headers.header_len
+        self.header_verfam = encap.VERSION_FAMILY[self.keys.ip_version]
         self._prepare_batch_views(batch)
         self.public_fd = public.fileno()
         self.internal_fd = internal.fileno()
-        self.refreshed: set[Hashable] = set()  # clients a transceiver sent to since the last tick
-        self.targets: dict[int, Target] = {}
-        self.peers: dict[Hashable, Target] = {}
-        self.verifier: HintVerifier | None = None
-        self.cache: RedisFlowCache | None = None  # started in run(), after the fork
-        self.generation = -1
         self.now = int(time.monotonic())
         self.wall = time.time()
-        self._next_confirmed_sweep = 0
         self._stop = False
-        self.serving = False
 
     def _prepare_batch_views(self, batch: int) -> None:
         """Precompute what the batch-at-once paths slice with, once."""
@@ -160,205 +137,36 @@ class Worker:
             "Q", (self.rx_int.data_addr + k * SLOT_SIZE + self.header_len for k in range(batch))
         )
         self.tx_pub.iov[0 : len(self.tx_pub.iov) : 2] = self._transceiver_payload_bases
-        # (destination, source) offsets in 16-bit units: header port/address -> sockaddr fields.
-        ip_off, ip_len = ADDR_SLICE[self.family]
-        self._addr_copy_plan = [(1, 2)] + [(ip_off // 2 + j, 3 + j) for j in range(ip_len // 2)]
+        # Where a header's client port and address go in a destination sockaddr: as byte slices
+        # for the per-packet path, as 16-bit word pairs for the batch path.
+        self._address_fields = address_fields(self.family)
+        self._addr_copy_plan = address_copy_plan(self.family)
 
-    # -- configuration and housekeeping (coarse tick) ------------------------------------------
-    def apply_routing(self, routing: RoutingConfig) -> None:
-        self.verifier = HintVerifier(routing.keyring, self.config.max_hint_age_s)
-        ifam = self.config.internal_family
-        for tid, (host, port) in routing.transceivers.items():
-            target = self.targets.get(tid)
-            if target is None:
-                self.targets[tid] = Target(tid, ifam, host, port)
-            elif target.address != (host, port):
-                target.set_address(host, port)
-        for tid in [t for t in self.targets if t not in routing.transceivers]:
-            del self.targets[tid]
-            self._free(self.flows.remove_target(tid))
-        self.peers = {t.peer_key: t for t in self.targets.values()}
-
-    def poll_control(self) -> None:
-        if self.control.generation() == self.generation:
-            return
-        self.generation, raw = self.control.read()
-        self.apply_routing(RoutingConfig.from_json(raw))
-        if self.serving:  # /readyz: this worker forwards with the current configuration
-            self.ctr[C.CONFIG_GENERATION] = self.generation
-
-    def restore_journal(self) -> int:
-        restored = 0
-        for slot, raw, tid in self.journal.attach():
-            key = self.keys.from_bytes(raw)
-            target = self.targets.get(tid)
-            flow = None
-            if target is not None and not self._denied(key):
-                flow, evicted = self.flows.restore(key, tid, self.now)
-                self._free(evicted)
-            if flow is None:
-                self.journal.clear(slot)
-                continue
-            flow.slot = slot
-            flow.wire = self._flow_wire(key, target, slot)
-            restored += 1
-        self.ctr[C.FLOWS_RESTORED] += restored
-        return restored
+    # -- housekeeping (relay.housekeeping) -------------------------------------------------------
+    def start(self) -> None:
+        """Before serving: configuration, Redis and the journalled flows."""
+        self.now = int(time.monotonic())
+        self.wall = time.time()
+        self.housekeeping.start(self.now)
 
     def tick(self, now: int) -> None:
+        """Once a second: the clocks admission reads, then relay.housekeeping's tick."""
         self.now = now
         self.wall = time.time()
-        self.poll_control()
-        flows = self.flows
-        confirmed = flows.confirmed
-        cache = self.cache
-        flows.refresh(self.refreshed, now)
-        if cache is not None:
-            rewrite_after = self.config.limits.idle_ttl_s // 2
-            for key in self.refreshed:
-                flow = confirmed.get(key)
-                if flow is not None and now - flow.stored_at >= rewrite_after:
-                    flow.stored_at = now
-                    cache.store(key, self.keys.host_port(key), flow.target_id)
-        self.refreshed.clear()
-        if cache is not None:
-            stats = cache.stats
-            for i, value in enumerate(
-                (stats.writes, stats.hits, stats.misses, stats.errors, stats.dropped)
-            ):
-                self.ctr[C.REDIS_OPS + i] = value
-        flows.expire_pending(now)
-        self.first_packets.prune(now)
-        if now >= self._next_confirmed_sweep:
-            self._free(flows.expire_confirmed(now))
-            self._next_confirmed_sweep = now + max(
-                1, self.config.limits.idle_ttl_s // CONFIRMED_SWEEPS_PER_TTL
-            )
-        ctr = self.ctr
-        ctr[C.FLOWS_CREATED_PENDING] = flows.created_pending
-        ctr[C.FLOWS_CREATED_CONFIRMED] = flows.created_confirmed
-        ctr[C.FLOWS_EXPIRED_PENDING] = flows.expired_pending
-        ctr[C.FLOWS_EXPIRED_CONFIRMED] = flows.expired_confirmed
-        ctr[C.FLOWS_ACTIVE_PENDING] = len(flows.pending)
-        ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
-        for i, scope in enumerate(EVICTIONS):
-            ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
+        self.housekeeping.tick(now)
 
-    # -- flow set-up (slow path) -----------------------------------------------------------------
-    def _denied(self, key: Hashable) -> bool:
-        """Is this client's address one the relay never admits nor sends to (--deny-network)?"""
-        return self.policy.denies(self.keys.port_and_address(key)[1])
-
-    def _write_header(self, addr: int, key: Hashable) -> None:
-        """Encapsulation header for the client ``key`` (a client -> transceiver packet's)."""
-        port, address = self.keys.port_and_address(key)
-        raw = bytes((encap.MAGIC, self.header_verfam, encap.DEFAULT_HOP_LIMIT, 0)) + port + address
-        ctypes.memmove(addr, raw, len(raw))
-
-    def _flow_wire(self, key: Hashable, target: Target, slot: int) -> bytes:
-        """The four send-descriptor words of a flow, packed once so batches can join them."""
-        addr = self._headers_addr + slot * HEADER_STRIDE
-        self._write_header(addr, key)
-        return _WIRE_WORDS.pack(target.ptr, addr)
-
+    # -- admission (relay.admission) -------------------------------------------------------------
     def _admit(self, key: Hashable, start: int, length: int, entry: int) -> bytes | None:
-        """Decide on a packet from a client without a confirmed flow; None means dropped."""
-        ctr = self.ctr
-        if not 0 < length < SLOT_SIZE:
-            ctr[_DROP["empty_or_oversize"]] += 1
+        """A packet from a client without a confirmed flow: its send descriptor, or None when
+        relay.admission drops it (counted here)."""
+        data = self.rx_pub.data[start : start + length]
+        verdict = self.admission.accepts(data, key, self.now, self.wall)
+        if isinstance(verdict, str):
+            self.ctr[_DROP[verdict]] += 1
+            if verdict == "no_flow":  # a relay restart? Redis may know the flow
+                self.housekeeping.look_up(key)
             return None
-        data = self.rx_pub.data
-        if data[start] > 3:  # RFC 7983: only STUN may start a flow
-            if key in self.flows.pending:
-                ctr[_DROP["not_confirmed"]] += 1
-                return None
-            ctr[_DROP["no_flow"]] += 1
-            if self.cache is not None:  # a relay restart? Redis may know the flow
-                self.cache.lookup(key, self.keys.host_port(key), time.monotonic())
-            return None
-        if self._denied(key):  # before any table is touched: it never gets a flow
-            ctr[_DROP["denied_address"]] += 1
-            return None
-        prefix = self.keys.prefix(key)
-        if not self.first_packets.allow(prefix, self.now):
-            known = prefix in self.first_packets
-            ctr[_DROP["first_packet_rate" if known else "first_packet_overflow"]] += 1
-            return None
-        try:
-            username = binding_request_username(data[start : start + length])
-        except StunError:
-            ctr[_DROP["stun_malformed"]] += 1
-            return None
-        try:
-            ufrag = server_ufrag(username)
-        except StunError:
-            ctr[_DROP["bad_username"]] += 1
-            return None
-        try:
-            assert self.verifier is not None
-            hint = self.verifier.verify(ufrag, self.wall)
-        except HintError as exc:
-            ctr[_DROP["hint_" + exc.reason]] += 1
-            return None
-        if hint.cluster != self.config.cluster:
-            ctr[_DROP["wrong_cluster"]] += 1
-            return None
-        target = self.targets.get(hint.transceiver_id)
-        if target is None:
-            ctr[_DROP["unknown_transceiver"]] += 1
-            return None
-        try:
-            self.flows.admit(key, prefix, ufrag, target.tid, self.now)
-        except FlowLimitError as exc:
-            ctr[_DROP[exc.reason]] += 1
-            return None
-        addr = self._scratch_addr + entry * HEADER_STRIDE
-        self._write_header(addr, key)
-        return _WIRE_WORDS.pack(target.ptr, addr)
-
-    def _confirm(self, key: Hashable, target: Target) -> bool:
-        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it.
-
-        False means refused: the caller must drop the packet, not send it.
-        """
-        if key not in self.flows.confirmed and self._denied(key):
-            self.ctr[_DROP["denied_address"]] += 1
-            return False
-        flow, changed, evicted = self.flows.confirm(key, target.tid, self.now)
-        self._free(evicted)  # first: the newcomer may take an evicted flow's journal slot
-        if changed:
-            self._journal_and_wire(key, flow, target)
-            if self.cache is not None:
-                flow.stored_at = self.now
-                self.cache.store(key, self.keys.host_port(key), target.tid)
-        return True
-
-    def _free(self, flows: list[ConfirmedFlow]) -> None:
-        """Release the journal slots (and so the header slots) of flows that left the table."""
-        for flow in flows:
-            self.journal.clear(flow.slot)
-
-    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> None:
-        flow.slot = self.journal.write(self.keys.to_bytes(key), target.tid, flow.slot)
-        if flow.slot < 0:
-            # The table never holds more flows than the journal has slots, and every flow that
-            # leaves frees its slot. A restarted worker rebuilds both from the journal.
-            raise RuntimeError("flow journal full: out of step with the flow table")
-        flow.wire = self._flow_wire(key, target, flow.slot)
-
-    def restore_from_cache(self) -> None:
-        """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
-        assert self.cache is not None
-        for key, tid in self.cache.take_results(time.monotonic()):
-            target = self.targets.get(tid)
-            if target is None or key in self.flows.confirmed or self._denied(key):
-                continue
-            flow, evicted = self.flows.restore(key, tid, self.now)
-            self._free(evicted)
-            if flow is None:
-                continue
-            self._journal_and_wire(key, flow, target)
-            self.ctr[C.FLOWS_RESTORED_REDIS] += 1
+        return self.headers.entry_wire(key, verdict, entry)
 
     # -- hot path --------------------------------------------------------------------------------
     # Both directions first try a batch-at-once path in which every per-packet step (flow key,
@@ -378,7 +186,7 @@ class Worker:
             flow = self.flows.confirmed.get(keys[0])
             length = rb.hdrs[W_LEN]
             if flow is not None and 0 < length < SLOT_SIZE:
-                sb.hdrs[W_NAME], sb.iov[0] = _WIRE_WORDS.unpack(flow.wire)
+                sb.hdrs[W_NAME], sb.iov[0] = WIRE.unpack(flow.wire)
                 sb.iov[3] = length
                 return self._sent_to_transceivers(n, 1, length)
             return self._sent_to_transceivers(
@@ -434,7 +242,7 @@ class Worker:
                 wire = self._admit(keys[i], i * SLOT_SIZE, length, k)
                 if wire is None:
                     continue
-            shdrs[k * MMSGHDR_WORDS + W_NAME], siov[k * 4] = _WIRE_WORDS.unpack(wire)
+            shdrs[k * MMSGHDR_WORDS + W_NAME], siov[k * 4] = WIRE.unpack(wire)
             siov[k * 4 + 2] = data_addr + i * SLOT_SIZE
             siov[k * 4 + 3] = length
             k += 1
@@ -456,8 +264,8 @@ class Worker:
             None in targets
             or min(lens) <= hl
             or max(lens) >= SLOT_SIZE
-            or data[0 : n * SLOT_SIZE : SLOT_SIZE] != self._magic_run[:n]
-            or data[1 : n * SLOT_SIZE : SLOT_SIZE] != self._verfam_run[:n]
+            or data[MAGIC_OFFSET : n * SLOT_SIZE : SLOT_SIZE] != self._magic_run[:n]
+            or data[VERSION_FAMILY_OFFSET : n * SLOT_SIZE : SLOT_SIZE] != self._verfam_run[:n]
         ):
             k, nbytes = self._transceivers_one_by_one(n, targets, lens)
             compacted = True
@@ -498,7 +306,8 @@ class Worker:
         data = rb.data
         hl = self.header_len
         verfam = self.header_verfam
-        ip_off, ip_len = ADDR_SLICE[self.family]
+        version = encap.VERSION
+        (port_to, port_at, port_len), (addr_to, addr_at, addr_len) = self._address_fields
         sb = self.tx_pub
         snames, stride, siov = sb.names, sb.name_stride, sb.iov
         from_sockaddr = self.keys.from_sockaddr
@@ -511,19 +320,22 @@ class Worker:
                 continue
             length = lens[i]
             base = i * SLOT_SIZE
-            if length <= hl or length >= SLOT_SIZE or data[base] != encap.MAGIC:
+            if length <= hl or length >= SLOT_SIZE or data[base + MAGIC_OFFSET] != encap.MAGIC:
                 ctr[_DROP["encap_malformed"]] += 1
                 continue
-            if data[base + 1] != verfam:
-                ctr[_DROP["wrong_family" if data[base + 1] >> 4 == 1 else "encap_malformed"]] += 1
+            got = data[base + VERSION_FAMILY_OFFSET]
+            if got != verfam:
+                ctr[_DROP["wrong_family" if got >> 4 == version else "encap_malformed"]] += 1
                 continue
             d = k * stride
-            snames[d + 2 : d + 4] = data[base + 4 : base + 6]
-            snames[d + ip_off : d + ip_off + ip_len] = data[base + 6 : base + hl]
-            key = from_sockaddr(bytes(snames[d : d + 24]))
+            at = base + port_at
+            snames[d + port_to : d + port_to + port_len] = data[at : at + port_len]
+            at = base + addr_at
+            snames[d + addr_to : d + addr_to + addr_len] = data[at : at + addr_len]
+            key = from_sockaddr(bytes(snames[d : d + stride]))
             flow = self.flows.confirmed.get(key)
             if flow is None or flow.target_id != target.tid:
-                if not self._confirm(key, target):
+                if not self.housekeeping.confirm(key, target, self.now):
                     continue
             else:
                 self.refreshed.add(key)
@@ -545,17 +357,9 @@ class Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if self.config.redis_url:
-            self.cache = RedisFlowCache(
-                self.config.redis_url,
-                self.config.cluster,
-                ttl_s=2 * self.config.limits.idle_ttl_s,
-                timeout_s=self.config.redis_timeout_ms / 1000,
-                lookups_per_s=self.config.redis_lookups_per_s,
-                auth=self.config.redis_auth,
-            ).start()
-        self.tick(int(time.monotonic()))
-        self.restore_journal()
+        self.start()
+        housekeeping = self.housekeeping
+        cache = housekeeping.cache
         # poll(2), not epoll: poll puts the worker on the sockets' wait queues only while it
         # sleeps. A socket registered with epoll keeps a waiter for good, and then every datagram
         # the worker sends makes the kernel take the wait-queue lock when it frees the buffer
@@ -564,13 +368,12 @@ class Worker:
         for fd in (self.public_fd, self.internal_fd, wake_r):
             poller.register(fd, select.POLLIN)
         next_tick = time.monotonic() + 1.0
-        self.serving = True
-        self.ctr[C.CONFIG_GENERATION] = self.generation
+        housekeeping.serve()
         while not self._stop:
             # Drain both sockets in turns, so one direction cannot starve the other; sleep only
             # when a round found nothing.
-            if self.cache is not None and self.cache.results:
-                self.restore_from_cache()
+            if cache is not None and cache.results:
+                housekeeping.restore_from_cache(self.now)
             if not self._from_clients() + self._from_transceivers():
                 for fd, _ in poller.poll(1000):
                     if fd == wake_r:

@@ -74,9 +74,9 @@ def test_a_full_prefix_table_makes_the_prefixes_beyond_it_share_one_budget():
     assert drops(worker, "first_packet_rate") == 3
     assert drops(worker, "first_packet_overflow") == 4
     assert drops(worker, "hint_bad_tag") == 3 * 2 + 2
-    assert len(worker.first_packets) == 3
+    assert len(worker.admission.first_packets) == 3
     worker.tick(worker.now + 10)  # every bucket full again: the tick forgets them
-    assert len(worker.first_packets) == 0
+    assert len(worker.admission.first_packets) == 0
 
 
 def test_a_flood_of_forged_hints_from_one_prefix_is_cut_before_the_hmac_through_a_real_relay():

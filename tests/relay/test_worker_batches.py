@@ -14,7 +14,9 @@ from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 def confirm(worker: Worker, client: socket.socket, tid: int) -> None:
     host, port = client.getsockname()
     raw = (2).to_bytes(2, "little") + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)
-    worker._confirm(worker.keys.from_sockaddr(raw), worker.targets[tid])
+    worker.housekeeping.confirm(
+        worker.keys.from_sockaddr(raw), worker.routing.targets[tid], worker.now
+    )
 
 
 def test_client_batches_with_drops_and_new_flows_keep_every_payload_with_its_client():

@@ -3,7 +3,6 @@ clock), the slots of its drop counters, and reading what was sent to it."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from bench.peers import free_port
@@ -43,8 +42,7 @@ def make_worker(
     control = ControlBlock(capacity=1 << 16)
     control.publish(RoutingConfig(keyring, targets).to_json())
     worker = Worker(0, cfg, public, internal, CounterArea(1).block(0), FlowJournal(64), control)
-    worker.tick(int(time.monotonic()))
-    worker.restore_journal()
+    worker.start()
     return worker, keyring
 
 

@@ -1,0 +1,111 @@
+"""Where a packet is admitted: the relay's rule for a datagram from a client without a flow.
+
+A confirmed client's packets never come here (the worker forwards them unread). Every other
+datagram from the public socket is judged by ``Admission.accepts``, in this order, cheapest and
+least trusting first (docs/relay.md, "Packets"):
+
+1. size: empty, or filling the receive slot (maybe truncated)  -> ``empty_or_oversize``
+2. class by first byte (RFC 7983): only STUN may start a flow   -> ``not_confirmed`` (the client
+   is pending) or ``no_flow``
+3. the client address (relay.addresspolicy)                     -> ``denied_address``
+4. the source prefix's first-packet budget (before any parsing) -> ``first_packet_rate``, or
+   ``first_packet_overflow`` when the prefix table is full
+5. a well-formed, fingerprinted Binding request with a USERNAME -> ``stun_malformed``
+6. USERNAME is "<server ufrag>:<client ufrag>"                  -> ``bad_username``
+7. the server ufrag is a valid hint (common.hint)               -> ``hint_<reason>``
+8. for this cluster                                             -> ``wrong_cluster``
+9. naming an allowlisted transceiver                            -> ``unknown_transceiver``
+10. the flow table's limits for new pending flows (relay.flows) -> ``pending_ufrag_limit``
+
+An accepted datagram has made (or kept) a pending flow and is forwarded to the returned target.
+Sans-I/O: a decision over bytes, a flow key and the time passed in; its state is the objects it
+is given (the first-packet budget and the flow table change as it decides). The worker counts
+the reason it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from common.hint import HintError
+from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
+from common.stun import StunError, binding_request_username, server_ufrag
+from relay.addresspolicy import AddressPolicy
+from relay.flows import FlowLimitError, FlowTable
+from relay.peerkey import PeerKeys
+from relay.ratelimit import KeyedBuckets
+from relay.routing import Routing, Target
+
+_STUN = int(PacketClass.STUN)
+
+
+class Admission:
+    """The rule for a client's first packets, over the state it needs (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: int,
+        keys: PeerKeys,
+        policy: AddressPolicy,
+        first_packets: KeyedBuckets,
+        flows: FlowTable,
+        routing: Routing,
+        slot_bytes: int,
+    ) -> None:
+        self.cluster = cluster
+        self.keys = keys
+        self.policy = policy
+        # Before the HMAC of a hint (~9 us): per source prefix, a bounded table; a spoofed flood
+        # from more prefixes than it holds shares one overflow budget (relay.ratelimit).
+        self.first_packets = first_packets
+        self.flows = flows
+        self.routing = routing
+        self.slot_bytes = slot_bytes  # the receive slot: a datagram that fills it was truncated
+
+    def denies(self, key: Hashable) -> bool:
+        """Is this client's address one the relay never admits nor sends to (--deny-network)?"""
+        return self.policy.denies(self.keys.address(key))
+
+    def accepts(
+        self, datagram: bytes | memoryview, key: Hashable, now: int, unix_now: float
+    ) -> Target | str:
+        """The transceiver to forward ``datagram`` from client ``key`` to, or why it is dropped.
+
+        ``now`` is the worker's coarse monotonic second (budgets and flows), ``unix_now`` the wall
+        clock a hint's issue time is checked against. A drop reason is a label of
+        relay.counters.DROP_REASONS.
+        """
+        if not 0 < len(datagram) < self.slot_bytes:
+            return "empty_or_oversize"
+        if CLASS_BY_FIRST_BYTE[datagram[0]] != _STUN:
+            return "not_confirmed" if key in self.flows.pending else "no_flow"
+        if self.denies(key):  # before any table is touched: it never gets a flow
+            return "denied_address"
+        prefix = self.keys.prefix(key)
+        budgets = self.first_packets
+        if not budgets.allow(prefix, now):
+            return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
+        try:
+            username = binding_request_username(datagram)
+        except StunError:
+            return "stun_malformed"
+        try:
+            ufrag = server_ufrag(username)
+        except StunError:
+            return "bad_username"
+        verifier = self.routing.verifier
+        assert verifier is not None, "no routing configuration applied yet"
+        try:
+            hint = verifier.verify(ufrag, unix_now)
+        except HintError as exc:
+            return "hint_" + exc.reason
+        if hint.cluster != self.cluster:
+            return "wrong_cluster"
+        target = self.routing.targets.get(hint.transceiver_id)
+        if target is None:
+            return "unknown_transceiver"
+        try:
+            self.flows.admit(key, prefix, ufrag, target.tid, now)
+        except FlowLimitError as exc:
+            return exc.reason
+        return target

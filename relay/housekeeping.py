@@ -1,0 +1,208 @@
+"""A worker's bookkeeping off the hot path: configuration, persistence and the coarse tick.
+
+The hot path (relay.worker) reads the confirmed flow table and the routing tables and adds the
+clients a transceiver sent to into ``refreshed``; everything that changes those tables, or must
+follow a change, happens here:
+
+- on the tick (once a second): apply a new routing configuration (relay.routing), move the
+  refreshed flows to the recent end (and write them behind to Redis), expire idle flows, forget
+  full first-packet budgets, export the flow counters;
+- at start: restore the flows a crashed predecessor journalled; later, those Redis knew;
+- per new or re-pointed flow a transceiver names (``confirm``): the table, its journal slot, its
+  send descriptor (relay.headers) and its Redis record, in step.
+
+Written for reading; ``now`` is the worker's coarse monotonic second, passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+
+from relay import counters as C
+from relay.config import RelayConfig
+from relay.control import ControlBlock, RoutingConfig
+from relay.flowcache import RedisFlowCache
+from relay.flows import EVICTIONS, ConfirmedFlow, FlowTable
+from relay.headers import FlowHeaders
+from relay.journal import FlowJournal
+from relay.peerkey import PeerKeys
+from relay.ratelimit import KeyedBuckets
+from relay.routing import Routing, Target
+
+CONFIRMED_SWEEPS_PER_TTL = 4
+_DENIED = C.DROPS + C.DROP_INDEX["denied_address"]
+
+
+class Housekeeping:
+    def __init__(
+        self,
+        config: RelayConfig,
+        keys: PeerKeys,
+        flows: FlowTable,
+        routing: Routing,
+        headers: FlowHeaders,
+        journal: FlowJournal,
+        control: ControlBlock,
+        counters: memoryview,
+        denies: Callable[[Hashable], bool],
+        first_packets: KeyedBuckets,
+    ) -> None:
+        self.config = config
+        self.keys = keys
+        self.flows = flows
+        self.routing = routing
+        self.denies = denies  # relay.admission's address policy: no flow, in either direction
+        self.first_packets = first_packets  # relay.admission's budgets, pruned on the tick
+        self.headers = headers
+        self.journal = journal
+        self.control = control
+        self.ctr = counters
+        self.refreshed: set[Hashable] = set()  # clients a transceiver sent to since the last tick
+        self.cache: RedisFlowCache | None = None  # started in start(), after the fork
+        self.generation = -1
+        self.serving = False
+        self._next_confirmed_sweep = 0
+
+    def start(self, now: int) -> None:
+        """Before serving: the Redis cache (if configured), the routing configuration, then the
+        journalled flows (their transceivers must be known first)."""
+        cfg = self.config
+        if cfg.redis_url:
+            self.cache = RedisFlowCache(
+                cfg.redis_url,
+                cfg.cluster,
+                ttl_s=2 * cfg.limits.idle_ttl_s,
+                timeout_s=cfg.redis_timeout_ms / 1000,
+                lookups_per_s=cfg.redis_lookups_per_s,
+                auth=cfg.redis_auth,
+            ).start()
+        self.tick(now)
+        self.restore_journal(now)
+
+    def serve(self) -> None:
+        """The worker forwards from now on: /readyz may count its configuration as applied."""
+        self.serving = True
+        self.ctr[C.CONFIG_GENERATION] = self.generation
+
+    # -- configuration ---------------------------------------------------------------------------
+    def poll_control(self) -> None:
+        if self.control.generation() == self.generation:
+            return
+        self.generation, raw = self.control.read()
+        self.apply_routing(RoutingConfig.from_json(raw))
+        if self.serving:  # /readyz: this worker forwards with the current configuration
+            self.ctr[C.CONFIG_GENERATION] = self.generation
+
+    def apply_routing(self, config: RoutingConfig) -> None:
+        for tid in self.routing.apply(config):
+            self._free(self.flows.remove_target(tid))
+
+    # -- the coarse tick -------------------------------------------------------------------------
+    def tick(self, now: int) -> None:
+        self.poll_control()
+        flows = self.flows
+        confirmed = flows.confirmed
+        cache = self.cache
+        flows.refresh(self.refreshed, now)
+        if cache is not None:
+            rewrite_after = self.config.limits.idle_ttl_s // 2
+            for key in self.refreshed:
+                flow = confirmed.get(key)
+                if flow is not None and now - flow.stored_at >= rewrite_after:
+                    flow.stored_at = now
+                    cache.store(key, self.keys.host_port(key), flow.target_id)
+        self.refreshed.clear()
+        if cache is not None:
+            stats = cache.stats
+            for i, value in enumerate(
+                (stats.writes, stats.hits, stats.misses, stats.errors, stats.dropped)
+            ):
+                self.ctr[C.REDIS_OPS + i] = value
+        flows.expire_pending(now)
+        self.first_packets.prune(now)
+        if now >= self._next_confirmed_sweep:
+            self._free(flows.expire_confirmed(now))
+            self._next_confirmed_sweep = now + max(
+                1, self.config.limits.idle_ttl_s // CONFIRMED_SWEEPS_PER_TTL
+            )
+        ctr = self.ctr
+        ctr[C.FLOWS_CREATED_PENDING] = flows.created_pending
+        ctr[C.FLOWS_CREATED_CONFIRMED] = flows.created_confirmed
+        ctr[C.FLOWS_EXPIRED_PENDING] = flows.expired_pending
+        ctr[C.FLOWS_EXPIRED_CONFIRMED] = flows.expired_confirmed
+        ctr[C.FLOWS_ACTIVE_PENDING] = len(flows.pending)
+        ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
+        for i, scope in enumerate(EVICTIONS):
+            ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
+
+    # -- confirmed flows and what follows them ---------------------------------------------------
+    def confirm(self, key: Hashable, target: Target, now: int) -> bool:
+        """A transceiver sent to ``key``: create or re-point its confirmed flow and journal it.
+
+        False means refused: the caller must drop the packet, not send it.
+        """
+        if key not in self.flows.confirmed and self.denies(key):
+            self.ctr[_DENIED] += 1
+            return False
+        flow, changed, evicted = self.flows.confirm(key, target.tid, now)
+        self._free(evicted)  # first: the newcomer may take an evicted flow's journal slot
+        if changed:
+            self._journal_and_wire(key, flow, target)
+            if self.cache is not None:
+                flow.stored_at = now
+                self.cache.store(key, self.keys.host_port(key), target.tid)
+        return True
+
+    def restore_journal(self, now: int) -> int:
+        """Flows a crashed predecessor journalled: recreate them, in the slots they had."""
+        restored = 0
+        targets = self.routing.targets
+        for slot, raw, tid in self.journal.attach():
+            key = self.keys.from_bytes(raw)
+            target = targets.get(tid)
+            flow = None
+            if target is not None and not self.denies(key):
+                flow, evicted = self.flows.restore(key, tid, now)
+                self._free(evicted)
+            if flow is None:
+                self.journal.clear(slot)
+                continue
+            flow.slot = slot
+            flow.wire = self.headers.flow_wire(key, target, slot)
+            restored += 1
+        self.ctr[C.FLOWS_RESTORED] += restored
+        return restored
+
+    def look_up(self, key: Hashable) -> None:
+        """A client without a flow sent media: after a relay restart, Redis may know its flow."""
+        if self.cache is not None:
+            self.cache.lookup(key, self.keys.host_port(key), time.monotonic())
+
+    def restore_from_cache(self, now: int) -> None:
+        """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
+        assert self.cache is not None
+        targets = self.routing.targets
+        for key, tid in self.cache.take_results(time.monotonic()):
+            target = targets.get(tid)
+            if target is None or key in self.flows.confirmed or self.denies(key):
+                continue
+            flow, evicted = self.flows.restore(key, tid, now)
+            self._free(evicted)
+            if flow is None:
+                continue
+            self._journal_and_wire(key, flow, target)
+            self.ctr[C.FLOWS_RESTORED_REDIS] += 1
+
+    def _free(self, flows: list[ConfirmedFlow]) -> None:
+        """Release the journal slots (and so the header slots) of flows that left the table."""
+        for flow in flows:
+            self.journal.clear(flow.slot)
+
+    def _journal_and_wire(self, key: Hashable, flow: ConfirmedFlow, target: Target) -> None:
+        flow.slot = self.journal.write(self.keys.to_bytes(key), target.tid, flow.slot)
+        if flow.slot < 0:
+            # The table never holds more flows than the journal has slots, and every flow that
+            # leaves frees its slot. A restarted worker rebuilds both from the journal.
+            raise RuntimeError("flow journal full: out of step with the flow table")
+        flow.wire = self.headers.flow_wire(key, target, flow.slot)

@@ -23,12 +23,13 @@ DROP_SLOT = {reason: DROPS + i for reason, i in DROP_INDEX.items()}
 def make_worker(
     targets: dict[int, tuple[str, int]],
     allow: tuple[str, ...] = LOOPBACK_NETWORKS,
+    listen: tuple[str, int] = ("127.0.0.1", 0),
     **config: object,
 ) -> tuple[Worker, Keyring]:
     """A worker on real loopback sockets, driven by calling its methods (no loop, no clock)."""
     keyring = Keyring.generate(1)
     cfg = RelayConfig(
-        listen=("127.0.0.1", 0),
+        listen=listen,
         internal_host="127.0.0.1",
         internal_port_base=free_port(),
         cluster=0,

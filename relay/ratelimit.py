@@ -53,7 +53,10 @@ class KeyedBuckets:
         if rate_per_s <= 0 or burst < 1 or capacity < 1:
             raise ValueError("rate, burst and capacity must be positive")
         self.interval_s = 1.0 / rate_per_s
-        self.tolerance_s = burst * self.interval_s
+        # ``burst`` arrivals at once fit; the tiny slack absorbs the float error that adding
+        # ``interval_s`` up to ``burst`` times leaves (otherwise the last one of a burst is
+        # refused or not depending on the clock's magnitude).
+        self.tolerance_s = burst * self.interval_s + self.interval_s * 1e-6
         self.capacity = capacity
         self.overflow = overflow
         self._due: dict[Hashable, float] = {}  # oldest first (overflow=False: least recent)

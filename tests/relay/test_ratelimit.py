@@ -83,3 +83,13 @@ def test_the_redis_negative_cache_is_bounded_and_forgets_after_its_ttl():
     cache.add(9, now=0)
     cache.add(10, now=0)  # full: cleared rather than grown
     assert len(cache.until) == 1 and 10 in cache
+
+
+@pytest.mark.parametrize("now", [0.0, 100.0, 4462.0, 10_000.0, 1_000_000.3])
+def test_a_burst_is_exactly_burst_whatever_the_clock_reads(now):
+    """Adding the interval up to ``burst`` times leaves float error: the burst's last arrival
+    was refused or not depending on the clock's magnitude (seen as a test that failed as the
+    machine's uptime grew)."""
+    buckets = KeyedBuckets(50, 100, capacity=4)
+    allowed = sum(buckets.allow("k", now) for _ in range(150))
+    assert allowed == 100

@@ -1,9 +1,9 @@
 """Which client addresses the relay may admit a flow from and send to (coturn's denied-peer-ip).
 
 The relay sends to a client only what a transceiver names, and a transceiver names an address
-only after a check came from it (DESIGN.md). A source address can be spoofed, though: without this
-policy, a session owner who spoofs one check "from" a victim could point a call's output at the
-victim (reflection, issue 8 #4) or at a host inside the relay's own network. So addresses in
+only after a check came from it (docs/design.md). A source address can be spoofed, though:
+without this policy, a session owner who spoofs one check "from" a victim could point STUN at
+the victim (reflection) or at a host inside the relay's own network. So addresses in
 special-purpose ranges never get a flow, in either direction.
 
 The built-in ranges (``DEFAULT_DENY_NETWORKS``) are the IANA special-purpose blocks no internet

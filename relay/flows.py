@@ -2,7 +2,7 @@
 
 Sans-I/O: no sockets, no clocks; ``now`` is a coarse monotonic second passed in by the worker.
 
-Two tables (DESIGN.md):
+Two tables (docs/design.md):
 - *pending*: made by a Binding request carrying a valid hint (forged hints never get here). Only
   STUN is forwarded for a pending flow. Short fixed TTL, never extended by the client, and
   bounds against holders of valid hints (issue 8 #5: hints harvested from WHIP stay valid as long

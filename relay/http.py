@@ -1,7 +1,9 @@
 """The supervisor's HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 
-Runs in a thread of the supervisor only; workers never serve HTTP. ``/readyz`` is true while every
-worker is running, so a node whose relay is restarting workers is taken out of rotation.
+Runs in a thread of the supervisor only; workers never serve HTTP. ``/readyz`` is 200 only once
+every worker has entered its loop with the current routing configuration (503 at start, while a
+worker restarts, and for up to a tick after a reload), so a node whose relay is not forwarding
+with the configuration it was given is out of rotation.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Sockets are created once, before any worker exists, and never closed while the relay runs. A
 worker that dies is replaced by a fork that inherits the very same public and internal sockets,
-flow journal and counters (DESIGN.md): the SO_REUSEPORT group never changes, so the kernel keeps
-hashing each client to the same socket, and datagrams that queued during the gap are read by the
-replacement instead of being lost. Restarts back off exponentially when a worker keeps crashing.
+flow journal and counters (docs/design.md): the SO_REUSEPORT group never changes, so the kernel
+keeps hashing each client to the same socket, and datagrams that queued during the gap are read
+by the replacement instead of being lost. Restarts back off exponentially when a worker keeps
+crashing.
 
 SIGTERM/SIGINT stop the workers and exit; SIGHUP reloads the keyring and the allowlist, which
 reach the workers through the control block without touching their flows.

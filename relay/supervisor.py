@@ -14,7 +14,6 @@ reach the workers through the control block without touching their flows.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from common.config import ConfigError
+from common.lifetime import die_with_parent
 from common.sockets import set_buffers
 from relay.allowlist import AllowlistResolver, load_routing
 from relay.config import RelayConfig
@@ -41,7 +41,6 @@ log = logging.getLogger("rtcedge.relay")
 
 _SUPERVISOR_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
 CRASH_LOOP_S = 1.0  # a worker that dies sooner than this after starting is crash-looping
-PR_SET_PDEATHSIG = 1
 BACKOFF_FIRST_S = 0.05
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # linux/in.h; not exported by Python's socket module
 
@@ -212,9 +211,7 @@ class Supervisor:
     def _become_worker(self, slot: WorkerSlot) -> None:
         # Die with the supervisor (SIGKILLed or crashed): a replacement relay must not find
         # orphaned workers still holding the public port's SO_REUSEPORT group.
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != self.pid:
-            os._exit(0)  # the supervisor died between fork and prctl
+        die_with_parent(self.pid)
         if slot.cpu is not None:
             os.sched_setaffinity(0, {slot.cpu})
         for i, (pub, internal) in enumerate(self.sockets):

@@ -30,6 +30,7 @@ from bench.harness.processes import stop_process
 from bench.harness.procfs import udp_socket_rows
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from common.lifetime import parent_death_preexec
 from common.sockets import set_buffers
 from relay.addresspolicy import LOOPBACK_NETWORKS
 
@@ -107,6 +108,9 @@ class RelayProcess:
     extra_args: list[str] = field(default_factory=list)
     pin: bool = True
     quiet: bool = True  # capture stderr (tests); False lets the child log to ours
+    # SIGTERM to the relay when the thread that started it exits, however (``rtcedge up``):
+    # common/lifetime.py. Off by default: the benchmarks start relays from worker threads.
+    die_with_parent: bool = False
 
     def __post_init__(self) -> None:
         self.public_host = self.public_host or self.host
@@ -162,8 +166,7 @@ class RelayProcess:
 
     def start(self, timeout_s: float = 10.0) -> RelayProcess:
         env = self.environment()
-        stderr = subprocess.PIPE if self.quiet else None
-        self.proc = subprocess.Popen(self.command(), env=env, stderr=stderr)
+        self.proc = _popen(self.command(), env, self.quiet, self.die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -303,6 +306,7 @@ class TransceiverProcess:
     extra_args: list[str] = field(default_factory=list)
     quiet: bool = True
     advertise: tuple[str, int] | None = None  # default: the relay's public address
+    die_with_parent: bool = False  # as RelayProcess.die_with_parent
 
     def __post_init__(self) -> None:
         self.media_port = free_port(self.host)
@@ -338,8 +342,7 @@ class TransceiverProcess:
     def start(self, timeout_s: float = 15.0) -> TransceiverProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
         env["RTCEDGE_KEYRING_JSON"] = self.relay.keyring.to_json()
-        stderr = subprocess.PIPE if self.quiet else None
-        self.proc = subprocess.Popen(self.command(), env=env, stderr=stderr)
+        self.proc = _popen(self.command(), env, self.quiet, self.die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -389,6 +392,18 @@ class TransceiverProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _popen(
+    command: list[str], env: dict[str, str], quiet: bool, die_with_parent: bool
+) -> subprocess.Popen[bytes]:
+    """A peer's process: stderr captured when ``quiet``, ended with its parent if asked."""
+    return subprocess.Popen(
+        command,
+        env=env,
+        stderr=subprocess.PIPE if quiet else None,
+        preexec_fn=parent_death_preexec() if die_with_parent else None,
+    )
 
 
 def _stderr_of(proc: subprocess.Popen[bytes]) -> str:

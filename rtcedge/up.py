@@ -2,8 +2,11 @@
 
 A relay (2 pinned workers) on one UDP port, one transceiver (echo backend by default) behind it,
 and the page served by the transceiver, all on loopback with a fresh keyring. It prints a line
-with ``ready`` once a call can be made; Ctrl-C or SIGTERM stops everything it started. The
-processes are bench/'s peers, the ones the benchmarks and tests run.
+with ``ready`` once a call can be made; Ctrl-C, SIGTERM or SIGHUP (a closed terminal) stops
+everything it started. If ``up`` itself dies without cleaning up (SIGKILL), its children get the
+kernel's parent-death signal (common/lifetime.py): a relay left behind would keep the UDP port and
+silently share it with the next ``up``. The processes are bench/'s peers, the ones the benchmarks
+and tests run.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def run_local(
         host=relay_host,
         quiet=False,
         allow_networks=LOOPBACK_NETWORKS + PRIVATE_NETWORKS,
+        die_with_parent=True,  # started from this (main) thread, which lives as long as `up`
     )
     relay.port = relay_port
     # Only the relay's internal sockets (on relay_host) may send encapsulated datagrams.
@@ -45,11 +49,14 @@ def run_local(
         extra += ["--backend-url", backend_url]
     if token_secret_file:
         extra += ["--token-secret-file", token_secret_file]
-    trx = TransceiverProcess(relay, host=http_host, extra_args=extra, quiet=False)
+    trx = TransceiverProcess(
+        relay, host=http_host, extra_args=extra, quiet=False, die_with_parent=True
+    )
     trx.http_port = http_port
     relay.transceivers = {trx.tid: trx.media_address}
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too: by default it would end `up` at once, without stopping its children.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     try:
         relay.start()

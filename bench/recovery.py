@@ -237,7 +237,13 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
 
 
 @click.command()
-@click.option("--trials", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--trials",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Events of each scenario (one gap measured per event).",
+)
 @out_option
 @click.option(
     "--scenario",

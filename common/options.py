@@ -18,6 +18,18 @@ def env_option(*names: str, env: str, **kw: Any) -> Callable[[Any], Any]:
     return click.option(*names, envvar=f"{ENV_PREFIX}{env}", show_envvar=True, **kw)
 
 
+def log_level_option() -> Callable[[Any], Any]:
+    """``--log-level``, the same on every service."""
+    return env_option(
+        "--log-level",
+        env="LOG_LEVEL",
+        default="info",
+        show_default=True,
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        help="Least severe log records written (to stderr).",
+    )
+
+
 def setup_logging(level: str) -> None:
     """One log format for every process; the pid tells workers apart."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)

@@ -8,7 +8,12 @@ from typing import Any
 import click
 
 from common.config import ConfigError, parse_host_port
-from common.options import env_option, refuse_secrets_on_command_line, setup_logging
+from common.options import (
+    env_option,
+    log_level_option,
+    refuse_secrets_on_command_line,
+    setup_logging,
+)
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
     RelayConfig,
@@ -306,13 +311,7 @@ def main() -> None:
     "clients reach the relay over a private network, 127.0.0.0/8 on one machine. Wins over "
     "--deny-network. Repeatable; env: comma separated.",
 )
-@env_option(
-    "--log-level",
-    env="LOG_LEVEL",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-)
+@log_level_option()
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
     setup_logging(str(opts["log_level"]))

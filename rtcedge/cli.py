@@ -77,7 +77,12 @@ def from_checkout(command: str) -> Iterator[None]:
 )
 @click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
 @click.option(
-    "--backend", type=click.Choice(["echo", "websocket"]), default="echo", show_default=True
+    "--backend",
+    type=click.Choice(["echo", "websocket"]),
+    default="echo",
+    show_default=True,
+    help="What answers the caller: echo plays their audio back; websocket streams it to "
+    "--backend-url.",
 )
 @click.option("--backend-url", default=None, help="ws:// URL for --backend websocket.")
 @click.option(

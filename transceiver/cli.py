@@ -14,7 +14,13 @@ import click
 from aiohttp import web
 
 from common.config import ConfigError, parse_host_port
-from common.options import ENV_PREFIX, env_option, refuse_secrets_on_command_line, setup_logging
+from common.options import (
+    ENV_PREFIX,
+    env_option,
+    log_level_option,
+    refuse_secrets_on_command_line,
+    setup_logging,
+)
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
 from transceiver.tokens import mint, parse_secrets
@@ -140,7 +146,14 @@ def main() -> None:
     show_default=True,
     help="Seconds without audio from the caller before the session ends.",
 )
-@env_option("--max-duration", env="MAX_DURATION", type=float, default=4 * 3600.0, show_default=True)
+@env_option(
+    "--max-duration",
+    env="MAX_DURATION",
+    type=float,
+    default=4 * 3600.0,
+    show_default=True,
+    help="Seconds a session may last at most, however active; then it ends (max_duration).",
+)
 @env_option(
     "--address-ttl",
     env="ADDRESS_TTL",
@@ -220,7 +233,14 @@ def main() -> None:
     show_default=True,
     help="Where a trusted proxy puts the client's address.",
 )
-@env_option("--cors-origin", env="CORS_ORIGIN", default="*", show_default=True)
+@env_option(
+    "--cors-origin",
+    env="CORS_ORIGIN",
+    default="*",
+    show_default=True,
+    help="Access-Control-Allow-Origin of every WHIP answer: set it to your page's origin so "
+    "only that page's scripts can read answers.",
+)
 @env_option(
     "--body-timeout",
     env="BODY_TIMEOUT",
@@ -237,13 +257,7 @@ def main() -> None:
     help="CIDR that encapsulated datagrams may come from (repeatable; default: any). Set it "
     "to the relays' network: an encapsulated datagram names the client it speaks for.",
 )
-@env_option(
-    "--log-level",
-    env="LOG_LEVEL",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-)
+@log_level_option()
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
     setup_logging(str(opts["log_level"]))

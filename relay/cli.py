@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from common.config import ConfigError, parse_host_port
+from common.config import ConfigError, load_keyring, parse_host_port
 from common.options import (
     env_option,
     log_level_option,
@@ -317,6 +317,10 @@ def serve(**opts: Any) -> None:
     setup_logging(str(opts["log_level"]))
     refuse_secrets_on_command_line(click.get_current_context(), {"keyring_json": "--keyring-json"})
     try:
+        if opts["keyring"] and not opts["keyring_json"]:
+            # A missing or unreadable keyring file is named before the routing options (a
+            # first run without --transceiver would otherwise hear about those first).
+            load_keyring(opts["keyring"], None)
         config = build_config(opts)
         from relay.supervisor import Supervisor
 

@@ -57,6 +57,21 @@ def test_keyring_must_be_given_and_valid():
     assert result.exit_code == 2 and "--keyring-json" in result.output
 
 
+@pytest.mark.parametrize("content", [None, "not json"], ids=["missing", "malformed"])
+def test_a_bad_keyring_file_is_named_before_the_routing_options(tmp_path, content):
+    path = tmp_path / "keyring.json"
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--keyring", str(path), "--metrics", "off"],  # and no --transceiver yet
+        env={"RTCEDGE_KEYRING_JSON": None},
+    )
+    assert result.exit_code == 2
+    assert "--keyring: cannot load keyring" in result.output
+    assert "--transceiver" not in result.output
+
+
 def test_the_keyring_is_refused_on_the_command_line():
     result = run(["serve", "--keyring-json", KEYRING, "--transceiver", "0=127.0.0.1:5000"])
     assert result.exit_code == 2

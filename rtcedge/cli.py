@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import click
 
-from common.config import ConfigError, parse_host_port
+from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 
 
@@ -99,9 +99,12 @@ def up(
     token_secret_file: str | None,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
+    from rtcedge.checks import check_up_options
+
     try:
-        http_address = parse_host_port("--http", http)
-        relay_address = parse_host_port("--relay", relay_addr)
+        http_address, relay_address = check_up_options(
+            http, relay_addr, workers, backend, backend_url, token_secret_file
+        )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     with from_checkout("rtcedge up"):

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -23,7 +22,7 @@ from common.options import (
 )
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
-from transceiver.tokens import mint, parse_secrets
+from transceiver.tokens import mint, parse_secrets, read_secrets_file
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -282,12 +281,7 @@ def token_secrets(opts: dict[str, Any]) -> tuple[bytes, ...]:
         raise ConfigError("--token-secret-file", f"give it or {ENV_PREFIX}TOKEN_SECRET, not both")
     if env:
         return parse_secrets(env, f"{ENV_PREFIX}TOKEN_SECRET")
-    if not path:
-        return ()
-    try:
-        return parse_secrets(Path(path).read_text(), "--token-secret-file")
-    except OSError as exc:
-        raise ConfigError("--token-secret-file", f"cannot read {path}: {exc.strerror}") from None
+    return read_secrets_file(path) if path else ()
 
 
 def build_config(opts: dict[str, Any]) -> TransceiverConfig:

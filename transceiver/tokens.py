@@ -29,6 +29,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -74,6 +75,15 @@ def parse_secrets(text: str, option: str = "--token-secret-file") -> tuple[bytes
     if not found:
         raise ConfigError(option, "no secret in it")
     return tuple(found)
+
+
+def read_secrets_file(path: str) -> tuple[bytes, ...]:
+    """The secrets of ``--token-secret-file`` (ConfigError names the option)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--token-secret-file", f"cannot read {path}: {exc.strerror}") from None
+    return parse_secrets(text, "--token-secret-file")
 
 
 def _b64encode(data: bytes) -> str:

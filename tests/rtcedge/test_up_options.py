@@ -1,0 +1,61 @@
+"""``rtcedge up`` checks its own options before it starts anything, with the services' own
+configuration rules, and its errors name ``up``'s options and ``rtcedge up --help`` (never a
+child's ``--media`` or ``python -m relay serve --help``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from rtcedge.checks import check_up_options
+from rtcedge.cli import main, up
+
+UP_OPTIONS = {name for param in up.params for name in param.opts} | {"--help"}
+
+
+def run_up(args: list[str]):
+    return CliRunner().invoke(main, ["up", *args], prog_name="rtcedge")
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--workers", "0"], "--workers"),
+        (["--workers", "300"], "--workers"),
+        (["--http", "localhost:8080", "--workers", "0"], "--workers"),  # localhost is fine
+        (["--http", "no-such-host.invalid:8080"], "--http"),
+        (["--http", "127.0.0.1:x"], "--http"),
+        (["--relay", "::1:3478"], "--relay"),
+        (["--relay", "127.0.0.1:0"], "--relay"),
+        (["--backend", "websocket"], "--backend-url"),
+        (["--token-secret-file", "/nonexistent/secret"], "--token-secret-file"),
+    ],
+)
+def test_a_bad_value_fails_in_up_naming_ups_option(args, option):
+    result = run_up(args)
+    assert result.exit_code == 2, result.output
+    assert f"Error: {option}: " in result.output
+    assert "Try 'rtcedge up --help'" in result.output
+    assert "python -m" not in result.output
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", result.output))
+    assert named <= UP_OPTIONS, f"names options `up` does not have: {named - UP_OPTIONS}"
+
+
+def test_a_short_token_secret_is_refused_by_up(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("too short\n")
+    result = run_up(["--token-secret-file", str(path)])
+    assert result.exit_code == 2 and "Error: --token-secret-file: line 1" in result.output
+
+
+def test_host_names_resolve_to_the_first_address_they_resolve_to():
+    first = socket.getaddrinfo("localhost", 8080, type=socket.SOCK_DGRAM)[0][4][0]
+    http, relay = check_up_options("localhost:8080", "localhost:3478", 2, "echo", None, None)
+    assert http == (first, 8080) and relay == (first, 3478)
+    assert ipaddress.ip_address(first).is_loopback
+    literal = check_up_options("[::1]:8080", "127.0.0.1:3478", 2, "echo", None, None)
+    assert literal == (("::1", 8080), ("127.0.0.1", 3478))

@@ -40,7 +40,11 @@ class Observations:
         self.path = os.environ.get(OBSERVATIONS_ENV)
         self._seen: set[tuple[str, str, str]] = set()
 
-    def record(self, kind: str, exc: BaseException, data: bytes, context: str = "") -> None:
+    def record(
+        self, kind: str, exc: BaseException, data: bytes, context: str = "", why: str = ""
+    ) -> None:
+        """Note ``exc`` once per kind and message; ``why`` tells a reader of the run's output
+        why it is expected (an observation is never a failure of the run by itself)."""
         signature = (kind, type(exc).__name__, str(exc))
         if signature in self._seen or len(self._seen) >= MAX_OBSERVATION_KINDS:
             return
@@ -54,8 +58,12 @@ class Observations:
             "raised_at": where,
             "input_hex": bytes(data).hex(),
             "context": context,
+            "why": why,
         }
-        print(f"OBSERVATION {kind}: {entry['exception']}: {exc} at {where}", file=sys.stderr)
+        print(
+            f"observation (recorded, not a failure) {kind}: {entry['exception']}: {exc} at {where}",
+            file=sys.stderr,
+        )
         if self.path:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")

@@ -190,10 +190,17 @@ def report(result: Result, target: Target) -> None:
         print(f"!! FINDING {path}", flush=True)
         print(f"   input ({len(data)} bytes): {data.hex()}", flush=True)
         print(f"   replay: python -m {target.module} {path}", flush=True)
+    explained = set()
     for entry in result.observations:
+        # Not "!!": an observation is a tolerated surprise the target keeps a list of, not a
+        # failure; it fails the run only with --fail-on-observation.
+        why = entry.get("why") if entry["kind"] not in explained else None
+        explained.add(entry["kind"])
         print(
-            f"?? OBSERVATION {entry['kind']}: {entry['exception']}: {entry['message']}"
-            f" (at {entry['raised_at']})\n   input: {entry['input_hex']}"
+            f"   observation (expected, not a failure) {entry['kind']}: {entry['exception']}: "
+            f"{entry['message']} (at {entry['raised_at']})"
+            + (f"\n   why it is harmless: {why}" if why else "")
+            + f"\n   input: {entry['input_hex']}"
             + (f"\n   step: {entry['context']}" if entry.get("context") else ""),
             flush=True,
         )

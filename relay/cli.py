@@ -307,6 +307,15 @@ def main() -> None:
     "--deny-network. Repeatable; env: comma separated.",
 )
 @env_option(
+    "--takeover",
+    env="TAKEOVER",
+    is_flag=True,
+    default=False,
+    help="Start even though another live relay holds the --listen port, and share it with "
+    "that relay (SO_REUSEPORT) until it stops: for a restart of the same deployment. Without "
+    "it a relay refuses a port another relay holds, naming its pid.",
+)
+@env_option(
     "--log-level",
     env="LOG_LEVEL",
     default="info",
@@ -379,4 +388,5 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
         + parse_networks("--deny-network", opts["deny_networks"] or ()),
         allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
+        takeover=bool(opts["takeover"]),
     ).validate()

@@ -74,6 +74,8 @@ class CallPath:
         )
         if same_port:
             new.port = old.port
+            # The old relay may still run: the new one replaces it on purpose.
+            new.extra_args.append("--takeover")
         self.relays.append(new)
         return old, new
 

@@ -311,6 +311,15 @@ def main() -> None:
     "clients reach the relay over a private network, 127.0.0.0/8 on one machine. Wins over "
     "--deny-network. Repeatable; env: comma separated.",
 )
+@env_option(
+    "--takeover",
+    env="TAKEOVER",
+    is_flag=True,
+    default=False,
+    help="Start even though another live relay holds the --listen port, and share it with "
+    "that relay (SO_REUSEPORT) until it stops: for a restart of the same deployment. Without "
+    "it a relay refuses a port another relay holds, naming its pid.",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
@@ -382,4 +391,5 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
         + parse_networks("--deny-network", opts["deny_networks"] or ()),
         allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
+        takeover=bool(opts["takeover"]),
     ).validate()

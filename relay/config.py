@@ -115,6 +115,9 @@ class RelayConfig:
         default_factory=lambda: parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
     )
     allow_networks: tuple[Network, ...] = ()
+    # Start even though another live relay holds the public port's claim (relay.portclaim):
+    # a restart of the same deployment, which shares the SO_REUSEPORT group on purpose.
+    takeover: bool = False
 
     @property
     def family(self) -> int:

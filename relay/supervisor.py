@@ -35,6 +35,7 @@ from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CONFIG_GENERATION, CounterArea
 from relay.journal import FlowJournal
+from relay.portclaim import Holder, could_share_port, drain, try_claim
 from relay.worker import Worker
 
 log = logging.getLogger("rtcedge.relay")
@@ -103,6 +104,39 @@ class SupervisorState:
         )
 
 
+def claim_port(config: RelayConfig) -> socket.socket | None:
+    """Claim the public port (relay.portclaim), or refuse to share it with a foreign relay.
+
+    None when another relay holds the claim and ``--takeover`` says this one replaces it (the
+    supervisor claims the port once that relay is gone), or when the holder cannot share the
+    port with us anyway (another uid: the kernel would refuse the bind itself).
+    """
+    host, port = config.listen
+    got = try_claim(config.family, port)
+    if not isinstance(got, Holder):
+        return got
+    shown = f"[{host}]:{port}" if config.family == socket.AF_INET6 else f"{host}:{port}"
+    if not could_share_port(got):
+        log.warning(
+            "the claim of %s is held by uid %d (%s): ignored", shown, got.uid, got.describe()
+        )
+    elif config.takeover:
+        log.warning(
+            "--takeover: sharing %s with the relay holding it (%s) until it stops",
+            shown,
+            got.describe(),
+        )
+    else:
+        raise ConfigError(
+            "--listen",
+            f"another relay ({got.describe()}) already serves UDP port {port} "
+            f"(IPv{6 if config.family == socket.AF_INET6 else 4}); listening on {shown} beside it "
+            "would silently split its clients between the two. Stop it, or pass --takeover "
+            "(RTCEDGE_TAKEOVER=1) if this relay replaces it",
+        )
+    return None
+
+
 def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket]]:
     """One (public, internal) pair per worker; errors name the option that caused them."""
     pairs = []
@@ -139,6 +173,7 @@ class Supervisor:
         self.config = config.validate()
         self.resolver = AllowlistResolver(config)
         self.routing = load_routing(config, self.resolver, time.monotonic())
+        self.claim = claim_port(config)  # before binding: refuse a foreign relay's port
         self.sockets = open_sockets(config)
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
@@ -220,6 +255,8 @@ class Supervisor:
                 internal.close()
         if self.http is not None:
             self.http.socket.close()  # the supervisor's; a worker serves no HTTP
+        if self.claim is not None:
+            self.claim.close()  # the supervisor's; the claim lives exactly as long as it does
         pub, internal = self.sockets[slot.index]
         worker = Worker(
             slot.index,
@@ -329,7 +366,13 @@ class Supervisor:
             while not self._stop:
                 pending = [s.restart_at for s in self.state.slots if s.restart_at is not None]
                 timeout = max(0.0, min(pending) - time.monotonic()) if pending else 1.0
-                select.select([wake_r], [], [], timeout)
+                readable, _, _ = select.select(
+                    [wake_r] + ([self.claim] if self.claim else []), [], [], timeout
+                )
+                if self.claim is not None and self.claim in readable:
+                    drain(self.claim)
+                elif self.claim is None:
+                    self._retake_claim()
                 try:
                     while os.read(wake_r, 512):
                         pass
@@ -347,6 +390,13 @@ class Supervisor:
             self._shutdown()
             if self.http is not None:
                 self.http.shutdown()
+
+    def _retake_claim(self) -> None:
+        """After a --takeover: claim the port once the relay that held it has stopped."""
+        got = try_claim(self.config.family, self.config.listen[1])
+        if not isinstance(got, Holder):
+            self.claim = got
+            log.info("the public port's claim is ours now")
 
     def _shutdown(self, grace_s: float = 5.0) -> None:
         for slot in self.state.slots:

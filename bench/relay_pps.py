@@ -1,8 +1,7 @@
 """Relay benchmark: packets/s, CPU per packet and added latency of one relay worker, measured
 against reference forwarders in the same run.
 
-``python -m bench.relay_pps`` (or ``rtcedge bench relay``) checks the relay performance issue's two
-acceptance criteria:
+``rtcedge bench relay`` checks the relay's two acceptance criteria:
 
 - one relay worker costs at most 0.7x the CPU per packet of the plain Python forwarder
   (`bench/plain_forwarder.py`) and of nginx's stream UDP proxy when present, full relay logic on;
@@ -51,8 +50,10 @@ from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import cpus_of, own_cpus_restored, pin_process
 from bench.harness.processes import stop_process
 from bench.harness.procfs import UdpPortStats, cpu_ns, udp_key, udp_sockets, user_system_s
+from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import spread
+from bench.harness.verdict import verdict
 from bench.latency import LatencyResult, measure_latency, set_recv_timeout
 from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from bench.plain_forwarder import DEFAULT_BUFFER_BYTES
@@ -91,6 +92,7 @@ class BenchConfig:
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
     out_dir: str = str(RESULTS_DIR)
     nginx: str | None = None
+    quick: bool = False  # a smoke test: the criteria are not judged
 
     def expected_run_s(self) -> float:
         windows = self.rounds * 3 * (self.window_s + self.warmup_s + 1.0)
@@ -398,7 +400,7 @@ def start_nginx_reference(
 
 # -- the measurement -------------------------------------------------------------------------------
 def measure_rounds(
-    gen: Generator, forwarders: list[Forwarder], cfg: BenchConfig, echo: Echo
+    gen: Generator, forwarders: list[Forwarder], cfg: BenchConfig, progress: Progress
 ) -> list[Window]:
     """One window per variant per round, the variants interleaved, the order rotated."""
     windows: list[Window] = []
@@ -407,7 +409,7 @@ def measure_rounds(
         for fwd in order:
             w = measure_window(gen, fwd, cfg, r)
             windows.append(w)
-            echo(
+            progress.step(
                 f"round {r + 1}/{cfg.rounds} {fwd.name:6} {w.packets_per_s:12,.0f} packets/s "
                 f"{w.cpu_us_per_packet:7.3f} CPU us/packet  CPU {100 * w.cpu_fraction_min:5.1f}% "
                 f"listen drops {w.listen_drops:>9}"
@@ -479,7 +481,16 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
         # the forwarders' CPU.
         pin_process(os.getpid(), rig.gen_cpus)
         pin_process(rig.relay.proc.pid, rig.gen_cpus)  # type: ignore[union-attr]
-        windows = measure_rounds(rig.gen, rig.forwarders, cfg, echo)
+        window_s = cfg.warmup_s + cfg.window_s + 0.2
+        progress = Progress(
+            [window_s] * (cfg.rounds * len(rig.forwarders))
+            + [len(rig.latency_paths) * cfg.latency_s + 0.5],
+            echo,
+        )
+        progress.announce(
+            f"measuring {cfg.rounds} rounds x {len(rig.forwarders)} forwarders, then latency"
+        )
+        windows = measure_rounds(rig.gen, rig.forwarders, cfg, progress)
         notes += [
             f"relay dropped {w.relay_drops:.0f} packets in round {w.round + 1}"
             for w in windows
@@ -494,6 +505,7 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
             cfg.latency_s,
             rig.payload,
         )
+        progress.step(f"latency of {len(lat)} paths")
     result = run_header("relay_pps", started, allowed, cfg)
     result["cpus"] = {"forwarders": rig.fwd_cpu, "generator": sorted(rig.gen_cpus)}
     result["notes"] = notes
@@ -624,7 +636,7 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     print_latency(result["latency"], echo)
     echo("")
     for c in result["criteria"]:
-        echo(f"{'PASS' if c['pass'] else 'FAIL'} {c['name']}: {c['detail']}")
+        echo(f"{verdict(c['pass'], cfg.get('quick', False))} {c['name']}: {c['detail']}")
     for note in result["notes"]:
         echo(f"note: {note}")
 
@@ -671,12 +683,13 @@ def print_latency(lat: dict[str, Any], echo: Echo) -> None:
 EXAMPLES = """
 \b
 Examples:
-  python -m bench.relay_pps                 # 5 interleaved rounds of 3 s, then latency
-  python -m bench.relay_pps --quick         # smoke test: 2 rounds of 1 s
-  python -m bench.relay_pps --nginx /usr/sbin/nginx --rounds 7
+  rtcedge bench relay                       # 5 interleaved rounds of 3 s, then latency
+  rtcedge bench relay --quick               # smoke test: 2 rounds of 1 s
+  rtcedge bench relay --nginx /usr/sbin/nginx --rounds 7
 \b
-Prints a table and PASS/FAIL for the issue's two criteria, writes the JSON result, and exits 0
-whatever the figures are.
+Prints a line per window as it goes, then a table and PASS/FAIL for its two acceptance criteria
+(a --quick run does not judge them), writes the JSON result, and exits 0 whatever the figures
+are. nginx (with its stream module) is an optional second reference: skipped when absent.
 """
 
 
@@ -779,6 +792,7 @@ def relay_bench(
         max_packets_per_window=max_packets,
         out_dir=out_dir,
         nginx=nginx,
+        quick=quick,
     )
     run_and_report("relay_pps", lambda: run(cfg), print_report, cfg.out_dir)
 

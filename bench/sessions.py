@@ -1,9 +1,9 @@
 """Session benchmark: N concurrent aiortc echo calls through the relay into one transceiver.
 
-``python -m bench.sessions`` (or ``rtcedge bench sessions``) checks the acceptance criterion "at
-least 20 echo sessions per core under 1% frame loss" and reports, per step of N concurrent calls:
-time from the WHIP offer to connected and to the first echoed audio, frame and RTP loss per call,
-and the transceiver's CPU time per session.
+``rtcedge bench sessions`` checks the acceptance criterion "at least 20 echo sessions per core
+under 1% frame loss" and reports, per step of N concurrent calls: time from the WHIP offer to
+connected and to the first echoed audio, frame and RTP loss per call, and the transceiver's CPU
+time per session.
 
 Method. All traffic is on 127.0.0.1. One transceiver (``transceiver serve``, echo backend) is
 pinned with every one of its threads to the first allowed CPU (aiortc decodes in a thread per
@@ -51,7 +51,9 @@ from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import cpus_of, own_cpus_restored, pin_process, thread_affinities
 from bench.harness.processes import drain_stderr
 from bench.harness.procfs import core_pct
+from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
+from bench.harness.verdict import verdict
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.sessions_callers import WorkerProcess, connect, hang_up, mark, start_workers
 from bench.sessions_step import (
@@ -94,6 +96,7 @@ class BenchConfig:
     max_seconds: float = 300.0
     max_loss_pct: float = MAX_LOSS_PCT
     out_dir: str = str(RESULTS_DIR)
+    quick: bool = False  # a smoke test: the criterion is not judged
 
     @property
     def workers(self) -> int:
@@ -186,16 +189,26 @@ def wait_sessions_ended(trx: TransceiverProcess, timeout_s: float) -> float:
 
 
 # -- the series: N increasing ----------------------------------------------------------------------
+def expected_step_s(n: int, cfg: BenchConfig) -> float:
+    """A step's a-priori duration for the progress estimate (a rough guess for connecting N
+    calls and hanging up, plus the settle time and the window); the estimate then follows the
+    pace of the steps already done."""
+    return 4.0 + 0.3 * n + cfg.settle_s + cfg.window_s
+
+
 def run_series(
     cfg: BenchConfig, procs: Processes, deadline: Deadline, notes: list[str], echo: Echo
 ) -> list[Step]:
     """The steps in increasing N, up to the first that does not pass or the run's deadline."""
     assert procs.trx.proc is not None
     steps: list[Step] = []
-    for n in cfg.sessions:
-        attempts, go_on = run_attempts(n, cfg, procs, deadline, notes, echo)
+    progress = Progress([expected_step_s(n, cfg) for n in cfg.sessions], echo)
+    progress.announce(f"steps of N = {', '.join(map(str, cfg.sessions))} concurrent calls")
+    for i, n in enumerate(cfg.sessions):
+        attempts, go_on = run_attempts(n, cfg, procs, deadline, notes, progress)
         steps += attempts
         if not go_on:
+            progress.skip(len(cfg.sessions) - i - 1)
             break
         affinities = thread_affinities(procs.trx.proc.pid)
         if affinities != {frozenset(procs.cpus["transceiver"])}:
@@ -209,7 +222,7 @@ def run_attempts(
     procs: Processes,
     deadline: Deadline,
     notes: list[str],
-    echo: Echo,
+    progress: Progress,
 ) -> tuple[list[Step], bool]:
     """Step N, again while it failed disturbed by others' work (``cfg.retries`` times at most);
     returns the attempts and whether the series goes on."""
@@ -222,21 +235,22 @@ def run_attempts(
             step = run_step(n, cfg, procs)
         except (RuntimeError, OSError) as exc:  # report what was measured so far
             notes.append(f"step N={n} aborted: {exc}")
-            echo(f"stopping: step N={n} aborted: {exc}")
+            progress.echo(f"stopping: step N={n} aborted: {exc}")
             return attempts, False
         step.attempt = attempt
         attempts.append(step)
-        echo(step_line(step))
+        progress.step(step_line(step))
         if step.ok:
             return attempts, True
         if attempt <= cfg.retries and disturbed(step):
-            echo(
+            progress.insert(expected_step_s(n, cfg))
+            progress.echo(
                 f"repeating N={n}: others' work took "
                 f"{step.others_on_transceiver_core_pct:.0f}% of the transceiver's core and "
                 f"{step.others_on_callers_cores_pct:.0f}% of the callers' (a shared machine)"
             )
             continue
-        echo(f"stopping: {step.stop_reason}")
+        progress.echo(f"stopping: {step.stop_reason}")
         return attempts, False
     return attempts, False  # not reached: the last attempt is never repeated
 
@@ -482,7 +496,7 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
             f"{summary['marginal_cpu_per_session_pct']:.2f}%"
         )
     c = summary["criterion"]
-    echo(f"{'PASS' if c['pass'] else 'FAIL'} ({c['basis']}) {c['name']}: {c['detail']}")
+    echo(f"{verdict(c['pass'], cfg.get('quick', False))} ({c['basis']}) {c['name']}: {c['detail']}")
     for note in result["notes"]:
         echo(f"note: {note}")
 
@@ -500,12 +514,13 @@ def parse_sessions(ctx: click.Context, param: click.Parameter, value: str) -> tu
 EXAMPLES = """
 \b
 Examples:
-  python -m bench.sessions                       # N = 5, 10, 20, 30; 10 s windows
-  python -m bench.sessions --sessions 10,20,25,30,40 --seconds 15
-  python -m bench.sessions --quick               # smoke test: N = 2, 2 s window
+  rtcedge bench sessions                         # N = 5, 10, 20, 30; 10 s windows
+  rtcedge bench sessions --sessions 10,20,25,30,40 --seconds 15
+  rtcedge bench sessions --quick                 # smoke test: N = 2, 2 s window
 \b
-Prints a table and PASS/FAIL for "at least 20 echo sessions per core under 1% frame loss",
-writes the JSON result, and exits 0 whatever the figures are.
+Prints a line per step as it goes, then a table and PASS/FAIL for "at least 20 echo sessions
+per core under 1% frame loss" (a --quick run does not judge it), writes the JSON result, and
+exits 0 whatever the figures are.
 """
 
 
@@ -568,6 +583,7 @@ def sessions_bench(
             max_seconds=min(max_seconds, 80.0),
             retries=0,
             out_dir=out_dir,
+            quick=True,
         )
     else:
         cfg = BenchConfig(

@@ -9,4 +9,7 @@
 - ``processes``: children stopped by PID, their stderr drained.
 - ``bounds``: deadlines every wait of a run is bounded by.
 - ``stats``: percentiles and spreads over a run's samples.
+- ``progress``: a line per finished step with the time spent and an estimate of what is left.
+- ``prerequisites``: programs a run needs, checked before it starts, with an install hint.
+- ``verdict``: PASS/FAIL against a criterion, or SKIP in a quick run (a smoke test).
 """

@@ -36,10 +36,18 @@ from relay.addresspolicy import LOOPBACK_NETWORKS
 
 
 def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, kind) as s:
+    with socket.socket(family_of(host), kind) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def family_of(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def host_port(host: str, port: int) -> str:
+    """'HOST:PORT' as the services' options and URLs take it: IPv6 addresses in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def free_port_range(host: str, count: int) -> int:
@@ -51,7 +59,7 @@ def free_port_range(host: str, count: int) -> int:
         socks = []
         try:
             for i in range(count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s = socket.socket(family_of(host), socket.SOCK_DGRAM)
                 socks.append(s)
                 s.bind((host, base + i))
             return base
@@ -133,17 +141,15 @@ class RelayProcess:
             "relay",
             "serve",
             "--listen",
-            f"[{self.public_host}]:{self.port}"
-            if ":" in str(self.public_host)
-            else f"{self.public_host}:{self.port}",
+            host_port(str(self.public_host), self.port),
             "--internal",
-            f"{self.host}:{self.internal_base}",
+            host_port(self.host, self.internal_base),
             "--workers",
             str(self.workers),
             "--cluster",
             str(self.cluster),
             "--metrics",
-            f"{self.host}:{self.metrics_port}",
+            host_port(self.host, self.metrics_port),
             "--pin" if self.pin else "--no-pin",
         ]
         if self.keyring_path:
@@ -151,7 +157,7 @@ class RelayProcess:
         for network in self.allow_networks:
             args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
-            args += ["--transceiver", f"{tid}={h}:{p}"]
+            args += ["--transceiver", f"{tid}={host_port(h, p)}"]
         return args + self.extra_args
 
     def environment(self) -> dict[str, str]:
@@ -179,7 +185,7 @@ class RelayProcess:
         raise RuntimeError("relay did not become ready")
 
     def http(self, path: str) -> tuple[int, str]:
-        url = f"http://{self.host}:{self.metrics_port}{path}"
+        url = f"http://{host_port(self.host, self.metrics_port)}{path}"
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status, resp.read().decode()
@@ -220,9 +226,7 @@ class StandInTransceiver:
 
     def __init__(self, tid: int, host: str = "127.0.0.1", echo: bool = True, port: int = 0) -> None:
         self.tid = tid
-        self.sock = socket.socket(
-            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM
-        )
+        self.sock = socket.socket(family_of(host), socket.SOCK_DGRAM)
         set_buffers(self.sock, 4 << 20)  # bursts in tests must not be lost in the kernel
         self.sock.bind((host, port))
         self.sock.settimeout(0.05)
@@ -320,21 +324,18 @@ class TransceiverProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"http://{host_port(self.host, self.http_port)}"
 
     def command(self) -> list[str]:
-        relay_host, relay_port = self.advertise or self.relay.address
-        advertise = (
-            f"[{relay_host}]:{relay_port}" if ":" in relay_host else f"{relay_host}:{relay_port}"
-        )
+        advertise = host_port(*(self.advertise or self.relay.address))
         return [
             sys.executable, "-m", "transceiver", "serve",
             "--id", str(self.tid),
             "--cluster", str(self.relay.cluster),
-            "--media", f"{self.host}:{self.media_port}",
+            "--media", host_port(self.host, self.media_port),
             "--advertise", advertise,
-            "--http", f"{self.host}:{self.http_port}",
-            "--metrics", f"{self.host}:{self.metrics_port}",
+            "--http", host_port(self.host, self.http_port),
+            "--metrics", host_port(self.host, self.metrics_port),
             "--log-level", "warning",
             *self.extra_args,
         ]  # fmt: skip
@@ -347,15 +348,22 @@ class TransceiverProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"transceiver exited: {_stderr_of(self.proc)}")
+            # Ours, not whatever else answers on the HTTP port: another instance there would
+            # answer /readyz while this one fails to bind and exits.
             with contextlib.suppress(OSError):
-                if self.http("/readyz")[0] == 200:
+                if self.http("/readyz")[0] == 200 and self.listens_on(self.http_port):
                     return self
             time.sleep(0.05)
         self.stop()
         raise RuntimeError("transceiver did not become ready")
 
+    def listens_on(self, port: int) -> bool:
+        """Whether this process (not another on the same port) holds a TCP listener on ``port``."""
+        assert self.proc is not None
+        return bool(socket_inodes(self.proc.pid) & tcp_listener_inodes(port))
+
     def http(self, path: str, method: str = "GET", port: int | None = None) -> tuple[int, str]:
-        url = self.url if port is None else f"http://{self.host}:{port}"
+        url = self.url if port is None else f"http://{host_port(self.host, port)}"
         req = urllib.request.Request(f"{url}{path}", method=method)
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
@@ -369,13 +377,7 @@ class TransceiverProcess:
     def udp_socket_count(self) -> int:
         """UDP sockets this process holds, from /proc (fd inodes matched to /proc/net/udp*)."""
         assert self.proc is not None
-        inodes = set()
-        for fd in Path(f"/proc/{self.proc.pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        return len(inodes & {row.inode for row in udp_socket_rows()})
+        return len(socket_inodes(self.proc.pid) & {row.inode for row in udp_socket_rows()})
 
     def stop(self, timeout_s: float = 40.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
@@ -392,6 +394,30 @@ class TransceiverProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets ``pid`` holds open (/proc/PID/fd)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def tcp_listener_inodes(port: int) -> set[str]:
+    """The inodes of TCP sockets listening on ``port`` (/proc/net/tcp{,6}, state 0A)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    inodes.add(fields[9])
+    return inodes
 
 
 def _popen(

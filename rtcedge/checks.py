@@ -5,11 +5,18 @@ A bad value used to surface from a child process, naming that process's option a
 (``--media``, ``python -m relay serve --help``) although the user typed ``rtcedge up --http``;
 here the same rules run in ``up`` and the error names ``up``'s option. Host names are resolved to
 the address literal the services need (the first one the resolver gives, as a client would).
+
+Also checked before anything starts: that ``--http``'s TCP port is free (another instance there
+would answer a readiness probe meant for ours), and which address
+the answers advertise for a relay listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no
+address a client can send to.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+from dataclasses import dataclass
 
 from common.config import ConfigError, parse_host_port
 from relay.config import RelayConfig
@@ -20,7 +27,7 @@ from transceiver.tokens import read_secrets_file
 UP_OPTION = {
     "--listen": "--relay",
     "--internal": "--relay",
-    "--advertise": "--relay",
+    "--advertise": "--advertise",
     "--relay-network": "--relay",
     "--media": "--http",
     "--http": "--http",
@@ -31,15 +38,107 @@ UP_OPTION = {
 }
 
 
+# Where a connected UDP socket is pointed to learn the default route's source address: a
+# documentation address (RFC 5737, RFC 3849); connect() on UDP sends no packet.
+ROUTE_PROBE = {socket.AF_INET: "192.0.2.1", socket.AF_INET6: "2001:db8::1"}
+LOOPBACK = {socket.AF_INET: "127.0.0.1", socket.AF_INET6: "::1"}
+
+
 def resolve(option: str, text: str) -> tuple[str, int]:
     """'HOST:PORT' -> (address literal, port); a name becomes the first address it resolves to."""
     host, port = parse_host_port(option, text)
+    return resolve_host(option, host, port), port
+
+
+def resolve_host(option: str, host: str, port: int = 0) -> str:
+    """A host name or literal -> the first address literal it resolves to."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
         raise ConfigError(option, f"cannot resolve {host!r}: {reason}") from None
-    return str(infos[0][4][0]), port
+    return str(infos[0][4][0])
+
+
+def family(host: str) -> int:
+    return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+
+
+def is_wildcard(host: str) -> bool:
+    return ipaddress.ip_address(host).is_unspecified
+
+
+def default_route_address(address_family: int) -> str | None:
+    """This host's source address towards the internet (the default route's interface), or None
+    without a route."""
+    with socket.socket(address_family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((ROUTE_PROBE[address_family], 9))
+        except OSError:
+            return None
+        host = str(s.getsockname()[0])
+    return None if is_wildcard(host) else host
+
+
+def advertised_host(relay_host: str, advertise: str | None) -> tuple[str, str]:
+    """The relay address the answers carry and why (for the ``ready`` line).
+
+    ``--advertise`` if given; else the listen address; for a wildcard listen address, the
+    default route's interface address, or loopback without a default route. Never a wildcard.
+    """
+    relay_family = family(relay_host)
+    if advertise:
+        host = resolve_host("--advertise", advertise)
+        if is_wildcard(host):
+            raise ConfigError("--advertise", f"{host} is a wildcard, no address a client can reach")
+        if family(host) != relay_family:
+            raise ConfigError("--advertise", f"{host} is not of --relay's family ({relay_host})")
+        return host, "--advertise"
+    if not is_wildcard(relay_host):
+        return relay_host, "--relay"
+    routed = default_route_address(relay_family)
+    if routed is not None:
+        return routed, "the default route's interface; --advertise HOST sets another"
+    return LOOPBACK[relay_family], "no default route: loopback only; --advertise HOST sets another"
+
+
+def check_port_free(option: str, address: tuple[str, int]) -> None:
+    """ConfigError naming ``option`` when TCP ``address`` already has a listener.
+
+    Binds with SO_REUSEADDR as the HTTP server does: a TIME_WAIT socket is no obstacle, a
+    listener is.
+    """
+    with socket.socket(family(address[0]), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            raise ConfigError(
+                option,
+                f"{format_address(address)} is in use ({exc.strerror}): another `rtcedge up` "
+                "or server listens there; stop it or pick another port",
+            ) from None
+
+
+def format_address(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class UpAddresses:
+    """Where ``up`` runs the services, from its options."""
+
+    http: tuple[str, int]  # the page, WHIP; the transceiver's media socket on the same host
+    relay: tuple[str, int]  # the relay's public UDP socket (may be a wildcard)
+    advertised: str  # the relay address the answers carry: never a wildcard
+    advertised_why: str  # how ``advertised`` was chosen, for the ready line
+    internal_host: str  # the relay's internal sockets, towards the transceiver
+
+    def check_http_port_free(self) -> None:
+        """ConfigError naming ``--http`` when its port is in use. (The relay refuses a port
+        another relay holds itself, naming it: relay/portclaim.py.)"""
+        check_port_free("--http", self.http)
 
 
 def check_up_options(
@@ -49,16 +148,26 @@ def check_up_options(
     backend: str,
     backend_url: str | None,
     token_secret_file: str | None,
-) -> tuple[tuple[str, int], tuple[str, int]]:
-    """The ``--http`` and ``--relay`` addresses ``up`` starts the services on; ConfigError names
-    ``up``'s option for the first value either service would refuse."""
+    advertise: str | None = None,
+) -> UpAddresses:
+    """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
+    first value either service would refuse."""
     try:
         http_address = resolve("--http", http)
         relay_address = resolve("--relay", relay)
+        if relay_address[1] == 0:  # the answers tell browsers this port
+            raise ConfigError("--relay", "needs a real port, not 0")
+        advertised, why = advertised_host(relay_address[0], advertise)
+        # Unchanged for a relay on one address; off a wildcard, towards the transceiver's host.
+        internal = relay_address[0]
+        if is_wildcard(internal):
+            internal = http_address[0]
+            if is_wildcard(internal):
+                internal = LOOPBACK[family(internal)]
         # Placeholders where ``up`` fills in values itself (ports it picks, its fresh keyring).
         RelayConfig(
             listen=relay_address,
-            internal_host=relay_address[0],
+            internal_host=internal,
             internal_port_base=1024,
             cluster=0,
             workers=workers,
@@ -70,15 +179,15 @@ def check_up_options(
             transceiver_id=0,
             cluster=0,
             media=(http_address[0], 0),
-            advertise=relay_address,
+            advertise=(advertised, relay_address[1]),
             http=http_address,
             keyring_json="-",
             backend=backend,
             backend_url=backend_url,
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
-            relay_networks=(relay_address[0],),
+            relay_networks=(internal,),
         ).validate()
     except ConfigError as exc:
         message = str(exc).removeprefix(f"{exc.option}: ")
         raise ConfigError(UP_OPTION.get(exc.option, exc.option), message) from None
-    return http_address, relay_address
+    return UpAddresses(http_address, relay_address, advertised, why, internal)

@@ -75,6 +75,14 @@ def from_checkout(command: str) -> Iterator[None]:
     show_default=True,
     help="The relay's public UDP address (the only one a browser sends media to).",
 )
+@click.option(
+    "--advertise",
+    default=None,
+    metavar="HOST",
+    help="The relay address answers give browsers, needed when --relay listens on a wildcard "
+    "(0.0.0.0, ::); default: --relay's address, or for a wildcard the address of the interface "
+    "with the default route (loopback without one).",
+)
 @click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
 @click.option(
     "--backend",
@@ -93,6 +101,7 @@ def from_checkout(command: str) -> Iterator[None]:
 def up(
     http: str,
     relay_addr: str,
+    advertise: str | None,
     workers: int,
     backend: str,
     backend_url: str | None,
@@ -102,15 +111,19 @@ def up(
     from rtcedge.checks import check_up_options
 
     try:
-        http_address, relay_address = check_up_options(
-            http, relay_addr, workers, backend, backend_url, token_secret_file
+        addresses = check_up_options(
+            http, relay_addr, workers, backend, backend_url, token_secret_file, advertise
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        addresses.check_http_port_free()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     with from_checkout("rtcedge up"):
         from rtcedge.up import run_local
 
-    run_local(http_address, relay_address, workers, backend, backend_url, token_secret_file)
+    run_local(addresses, workers, backend, backend_url, token_secret_file)
 
 
 class Benchmarks(click.Group):

@@ -1,56 +1,69 @@
 """``rtcedge up``: the whole path on one machine, for trying it out and for browser tests.
 
 A relay (2 pinned workers) on one UDP port, one transceiver (echo backend by default) behind it,
-and the page served by the transceiver, all on loopback with a fresh keyring. It prints a line
-with ``ready`` once a call can be made; Ctrl-C, SIGTERM or SIGHUP (a closed terminal) stops
-everything it started. If ``up`` itself dies without cleaning up (SIGKILL), its children get the
-kernel's parent-death signal (common/lifetime.py): a relay left behind would keep the UDP port and
-silently share it with the next ``up``. The processes are bench/'s peers, the ones the benchmarks
-and tests run.
+and the page served by the transceiver, all on loopback (IPv4 or IPv6) with a fresh keyring. It
+prints a line with ``ready`` once a call can be made, and only then: the HTTP port is checked
+free before anything starts, and the readiness probe counts only an answer from its own
+transceiver. A relay on a wildcard (``0.0.0.0``, ``::``) is advertised under ``--advertise`` or
+the default route's address, which the ready line names. Ctrl-C, SIGTERM or SIGHUP (a closed
+terminal) stops everything it started. If ``up`` itself dies without cleaning up (SIGKILL), its
+children get the kernel's parent-death signal (common/lifetime.py): a relay left behind would
+keep the UDP port and silently share it with the next ``up``. The processes are bench/'s peers,
+the ones the benchmarks and tests run.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import signal
 import sys
 import threading
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess
+from bench.peers import RelayProcess, TransceiverProcess, host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
+from rtcedge.checks import UpAddresses
 
 
 def run_local(
-    http: tuple[str, int],
-    relay_address: tuple[str, int],
+    addresses: UpAddresses,
     workers: int,
     backend: str,
     backend_url: str | None,
     token_secret_file: str | None,
 ) -> None:
     """Start relay + transceiver, report ``ready``, stop both on a signal or when one exits."""
-    http_host, http_port = http
-    relay_host, relay_port = relay_address
+    http_host, http_port = addresses.http
+    relay_host, relay_port = addresses.relay
     # Local mode: loopback and LAN clients pass the relay's denied ranges (a deployed relay
-    # refuses them: relay/addresspolicy.py).
+    # refuses them: relay/addresspolicy.py), and so does the advertised address, which may be
+    # in none of them (a public or documentation address): a client on this machine calling
+    # it sends from it.
+    advertised_network = str(ipaddress.ip_network(addresses.advertised))
     relay = RelayProcess(
         {},
         workers=workers,
-        host=relay_host,
+        host=addresses.internal_host,
+        public_host=relay_host,
         quiet=False,
-        allow_networks=LOOPBACK_NETWORKS + PRIVATE_NETWORKS,
+        allow_networks=(*LOOPBACK_NETWORKS, *PRIVATE_NETWORKS, advertised_network),
         die_with_parent=True,  # started from this (main) thread, which lives as long as `up`
     )
     relay.port = relay_port
-    # Only the relay's internal sockets (on relay_host) may send encapsulated datagrams.
-    extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay_host]
+    # Only the relay's internal sockets may send encapsulated datagrams.
+    extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay.host]
     if backend_url:
         extra += ["--backend-url", backend_url]
     if token_secret_file:
         extra += ["--token-secret-file", token_secret_file]
     trx = TransceiverProcess(
-        relay, host=http_host, extra_args=extra, quiet=False, die_with_parent=True
+        relay,
+        host=http_host,
+        extra_args=extra,
+        quiet=False,
+        advertise=(addresses.advertised, relay_port),
+        die_with_parent=True,
     )
     trx.http_port = http_port
     relay.transceivers = {trx.tid: trx.media_address}
@@ -61,10 +74,13 @@ def run_local(
     try:
         relay.start()
         trx.start()
+        advertised = ""
+        if addresses.advertised != relay_host:
+            advertised = f" advertised as {addresses.advertised} ({addresses.advertised_why})"
         click.echo(
             f"rtcedge up: ready - open {trx.url}/ and press Talk "
-            f"(relay udp {relay_host}:{relay_port}, transceiver media udp "
-            f"{trx.media_address[0]}:{trx.media_address[1]}); Ctrl-C stops",
+            f"(relay udp {host_port(*addresses.relay)}{advertised}, transceiver media udp "
+            f"{host_port(*trx.media_address)}); Ctrl-C stops",
         )
         sys.stdout.flush()
         while not stop.wait(0.5):

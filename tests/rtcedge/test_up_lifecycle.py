@@ -30,8 +30,12 @@ GONE_TIMEOUT_S = 15.0  # bound, not a speed claim: the transceiver drains for 2 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def wait_ready(proc: subprocess.Popen[str], timeout_s: float) -> threading.Thread:
-    """Wait for ``up``'s ``ready`` line; returns the thread that keeps reading its output."""
+def wait_ready(
+    proc: subprocess.Popen[str], timeout_s: float, seen: list[str] | None = None
+) -> threading.Thread:
+    """Wait for ``up``'s ``ready`` line; returns the thread that keeps reading its output.
+
+    ``seen`` collects the lines up to and with the ready line."""
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -42,7 +46,7 @@ def wait_ready(proc: subprocess.Popen[str], timeout_s: float) -> threading.Threa
 
     reader = threading.Thread(target=pump, daemon=True, name="up-stdout")
     reader.start()
-    seen: list[str] = []
+    seen = [] if seen is None else seen
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -54,8 +54,30 @@ def test_a_short_token_secret_is_refused_by_up(tmp_path):
 
 def test_host_names_resolve_to_the_first_address_they_resolve_to():
     first = socket.getaddrinfo("localhost", 8080, type=socket.SOCK_DGRAM)[0][4][0]
-    http, relay = check_up_options("localhost:8080", "localhost:3478", 2, "echo", None, None)
-    assert http == (first, 8080) and relay == (first, 3478)
+    named = check_up_options("localhost:8080", "localhost:3478", 2, "echo", None, None)
+    assert named.http == (first, 8080) and named.relay == (first, 3478)
     assert ipaddress.ip_address(first).is_loopback
     literal = check_up_options("[::1]:8080", "127.0.0.1:3478", 2, "echo", None, None)
-    assert literal == (("::1", 8080), ("127.0.0.1", 3478))
+    assert (literal.http, literal.relay) == (("::1", 8080), ("127.0.0.1", 3478))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--relay", "0.0.0.0:3478", "--advertise", "0.0.0.0"], "0.0.0.0 is a wildcard"),
+        (["--relay", "[::]:3478", "--advertise", "::"], ":: is a wildcard"),
+        (["--relay", "[::]:3478", "--advertise", "127.0.0.1"], "not of --relay's family"),
+        (["--advertise", "no-such-host.invalid"], "cannot resolve"),
+    ],
+)
+def test_advertise_is_never_a_wildcard_and_matches_the_relays_family(args, message):
+    result = run_up(args)
+    assert result.exit_code == 2, result.output
+    assert "Error: --advertise: " in result.output and message in result.output, result.output
+
+
+def test_the_relay_is_advertised_under_its_own_address_unless_told():
+    own = check_up_options("127.0.0.1:8080", "127.0.0.1:3478", 2, "echo", None, None)
+    assert (own.advertised, own.advertised_why) == ("127.0.0.1", "--relay")
+    told = check_up_options("127.0.0.1:8080", "0.0.0.0:3478", 2, "echo", None, None, "127.0.0.1")
+    assert told.advertised == "127.0.0.1" and told.internal_host == "127.0.0.1"

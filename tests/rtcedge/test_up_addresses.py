@@ -1,0 +1,91 @@
+"""``rtcedge up`` on a wildcard and on IPv6 (real processes, real aiortc calls).
+
+- ``--relay 0.0.0.0:P`` used to print ``ready`` with answers whose only candidate was
+  ``0.0.0.0``: no call could connect. Answers now carry ``--advertise`` or the default route's
+  address, never a wildcard.
+- ``--relay [::1]:P`` ended in ``RuntimeError: no free port range`` (the internal ports were
+  allocated on IPv4 sockets); the whole stack now runs on ``::1``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import aioice.ice
+import pytest
+
+from bench.peers import free_port
+from rtcedge.checks import default_route_address
+from tests.rtcedge.up_process import running_up
+from tests.support.tone_call import run_client
+from tests.support.waits import run
+from tests.support.whip import make_offer, post
+
+CALL_S = 1.5
+
+
+def candidates(sdp: str) -> list[str]:
+    """The connection addresses of the answer's candidates."""
+    return [line.split()[4] for line in sdp.splitlines() if line.startswith("a=candidate:")]
+
+
+def answer_candidates(url: str) -> set[str]:
+    status, answer, _ = run(post(url, run(make_offer())))
+    assert status == 201, answer
+    return set(candidates(answer))  # one per media section
+
+
+def calls_from(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    """The aiortc caller's only host candidate is ``host`` (aioice leaves out loopback)."""
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: [host])
+
+
+def check_echo_call(url: str, relay: str) -> None:
+    """An aiortc call through ``relay`` (ip:port) hears its own tone echoed."""
+    call = run(run_client(url, 440, seconds=CALL_S))
+    assert call.connected, call.error
+    assert call.remote_candidate == relay, call
+    assert call.frames_with_own_tone > 0, call
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "[::]"])
+def test_a_wildcard_relay_is_advertised_under_the_default_routes_address(wildcard, monkeypatch):
+    family = socket.AF_INET6 if ":" in wildcard else socket.AF_INET
+    loopback = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    expected = default_route_address(family)
+    if expected is None:  # no route: `up` falls back to loopback, and so does the caller
+        expected = loopback
+        calls_from(monkeypatch, loopback)
+    relay_port = free_port(loopback)
+    http = f"127.0.0.1:{free_port('127.0.0.1', socket.SOCK_STREAM)}"
+    with running_up("--http", http, "--relay", f"{wildcard}:{relay_port}") as ready:
+        assert f"advertised as {expected}" in ready, ready
+        found = answer_candidates(f"http://{http}")
+        assert found == {expected}, found
+        assert not any(ipaddress.ip_address(c).is_unspecified for c in found)
+        # From this machine's own address (aiortc's host candidate) through the wildcard socket.
+        check_echo_call(f"http://{http}", f"{expected}:{relay_port}")
+
+
+def test_a_wildcard_relay_is_advertised_under_advertise(monkeypatch):
+    calls_from(monkeypatch, "127.0.0.1")
+    relay_port = free_port("127.0.0.1")
+    http = f"127.0.0.1:{free_port('127.0.0.1', socket.SOCK_STREAM)}"
+    with running_up(
+        "--http", http, "--relay", f"0.0.0.0:{relay_port}", "--advertise", "127.0.0.1"
+    ) as ready:
+        assert "advertised as 127.0.0.1 (--advertise)" in ready, ready
+        assert answer_candidates(f"http://{http}") == {"127.0.0.1"}
+        check_echo_call(f"http://{http}", f"127.0.0.1:{relay_port}")
+
+
+def test_the_whole_stack_runs_on_ipv6_loopback(monkeypatch):
+    calls_from(monkeypatch, "::1")
+    relay_port = free_port("::1")
+    http_port = free_port("::1", socket.SOCK_STREAM)
+    with running_up("--http", f"[::1]:{http_port}", "--relay", f"[::1]:{relay_port}") as ready:
+        url = f"http://[::1]:{http_port}"
+        assert f"open {url}/" in ready, ready
+        assert answer_candidates(url) == {"::1"}
+        check_echo_call(url, f"::1:{relay_port}")

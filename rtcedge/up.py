@@ -23,7 +23,7 @@ import click
 
 from bench.peers import RelayProcess, TransceiverProcess, host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
-from rtcedge.checks import UpAddresses
+from rtcedge.checks import UpAddresses, is_wildcard
 
 
 def run_local(
@@ -77,8 +77,11 @@ def run_local(
         advertised = ""
         if addresses.advertised != relay_host:
             advertised = f" advertised as {addresses.advertised} ({addresses.advertised_why})"
+        url = trx.url
+        if is_wildcard(http_host):  # the page on every address: name one a browser can open
+            url = f"http://{host_port(addresses.advertised, http_port)}"
         click.echo(
-            f"rtcedge up: ready - open {trx.url}/ and press Talk "
+            f"rtcedge up: ready - open {url}/ and press Talk "
             f"(relay udp {host_port(*addresses.relay)}{advertised}, transceiver media udp "
             f"{host_port(*trx.media_address)}); Ctrl-C stops",
         )

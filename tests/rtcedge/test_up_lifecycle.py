@@ -9,6 +9,7 @@ relay's port can be bound again without SO_REUSEPORT.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -109,14 +110,29 @@ def test_children_end_with_up(signum: int, to_group: bool) -> None:
         if signum != signal.SIGKILL:
             assert up.returncode == 0, f"`up` exited with {up.returncode}, not after a clean stop"
     finally:
-        if not children and up.poll() is None:  # failed before collecting them
-            children = identities(descendants(up.pid))
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        kill_all(children)
-        # Close the pipe only once every writer is gone: closing it under a blocked reader hangs.
-        if reader is not None:
-            reader.join(timeout=5)
-        if up.stdout is not None and not (reader and reader.is_alive()):
-            up.stdout.close()
+        end_up(up, children, reader, term_timeout_s=0)
+
+
+def end_up(
+    up: subprocess.Popen[str],
+    children: dict[int, str | None],
+    reader: threading.Thread | None,
+    term_timeout_s: float,
+) -> None:
+    """Cleanup by PID whatever a test's outcome: ``up`` (SIGTERM first if ``term_timeout_s``,
+    then SIGKILL), every process it started, then its output pipe."""
+    if not children and up.poll() is None:  # failed before collecting them
+        children = identities(descendants(up.pid))
+    if up.poll() is None and term_timeout_s:
+        up.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            up.wait(timeout=term_timeout_s)
+    if up.poll() is None:
+        up.kill()
+        up.wait()
+    kill_all(children)
+    # Close the pipe only once every writer is gone: closing it under a blocked reader hangs.
+    if reader is not None:
+        reader.join(timeout=5)
+    if up.stdout is not None and not (reader and reader.is_alive()):
+        up.stdout.close()

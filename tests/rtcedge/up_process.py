@@ -9,8 +9,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from tests.rtcedge.test_up_lifecycle import READY_TIMEOUT_S, REPO, wait_ready
-from tests.support.processes import descendants, identities, kill_all
+from tests.rtcedge.test_up_lifecycle import READY_TIMEOUT_S, REPO, end_up, wait_ready
+from tests.support.processes import descendants, identities
 
 
 def up_env() -> dict[str, str]:
@@ -37,17 +37,4 @@ def running_up(*args: str) -> Iterator[str]:
         children = identities(descendants(up.pid))
         yield seen[-1]
     finally:
-        if not children and up.poll() is None:
-            children = identities(descendants(up.pid))
-        if up.poll() is None:
-            up.terminate()
-            try:
-                up.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                up.wait()
-        kill_all(children)
-        if reader is not None:
-            reader.join(timeout=5)
-        if up.stdout is not None and not (reader and reader.is_alive()):
-            up.stdout.close()
+        end_up(up, children, reader, term_timeout_s=15)

@@ -38,6 +38,8 @@ from typing import Any
 
 import aiohttp
 
+from bench.peers import host_port
+
 DEFAULT_STACK = "rtcedge up --http {http} --relay {relay}"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 # Flags from the machine notes: without the background-networking ones Chromium keeps trying to
@@ -82,7 +84,7 @@ class HarnessConfig:
     @property
     def page_url(self) -> str:
         query = f"?{self.page_query}" if self.page_query else ""
-        return f"http://{self.host}:{self.http_port}/{query}"
+        return f"http://{host_port(self.host, self.http_port)}/{query}"
 
 
 class HarnessError(Exception):
@@ -501,7 +503,9 @@ async def harness_steps(harness: Run) -> None:
 
 def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1", help="address for HTTP and the relay")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address for HTTP and the relay (IPv4 or IPv6)"
+    )
     parser.add_argument("--http-port", type=int, default=8080)
     parser.add_argument("--relay-port", type=int, default=3478)
     parser.add_argument(
@@ -518,8 +522,8 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the connected page")
     parser.add_argument("--page-query", default="", help="query string of the page's address")
     args = parser.parse_args(argv)
-    http = f"{args.host}:{args.http_port}"
-    relay = f"{args.host}:{args.relay_port}"
+    http = host_port(args.host, args.http_port)
+    relay = host_port(args.host, args.relay_port)
     return HarnessConfig(
         host=args.host,
         http_port=args.http_port,

@@ -29,6 +29,7 @@ from pathlib import Path
 from bench.harness.processes import stop_process
 from bench.harness.procfs import udp_socket_rows
 from common import encap, stun
+from common.config import format_host_port
 from common.hint import NONCE_LEN, Keyring, sign_hint
 from common.lifetime import parent_death_preexec
 from common.sockets import set_buffers
@@ -43,11 +44,6 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
 
 def family_of(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def host_port(host: str, port: int) -> str:
-    """'HOST:PORT' as the services' options and URLs take it: IPv6 addresses in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def free_port_range(host: str, count: int) -> int:
@@ -141,15 +137,15 @@ class RelayProcess:
             "relay",
             "serve",
             "--listen",
-            host_port(str(self.public_host), self.port),
+            format_host_port(str(self.public_host), self.port),
             "--internal",
-            host_port(self.host, self.internal_base),
+            format_host_port(self.host, self.internal_base),
             "--workers",
             str(self.workers),
             "--cluster",
             str(self.cluster),
             "--metrics",
-            host_port(self.host, self.metrics_port),
+            format_host_port(self.host, self.metrics_port),
             "--pin" if self.pin else "--no-pin",
         ]
         if self.keyring_path:
@@ -157,7 +153,7 @@ class RelayProcess:
         for network in self.allow_networks:
             args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
-            args += ["--transceiver", f"{tid}={host_port(h, p)}"]
+            args += ["--transceiver", f"{tid}={format_host_port(h, p)}"]
         return args + self.extra_args
 
     def environment(self) -> dict[str, str]:
@@ -185,7 +181,7 @@ class RelayProcess:
         raise RuntimeError("relay did not become ready")
 
     def http(self, path: str) -> tuple[int, str]:
-        url = f"http://{host_port(self.host, self.metrics_port)}{path}"
+        url = f"http://{format_host_port(self.host, self.metrics_port)}{path}"
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status, resp.read().decode()
@@ -324,18 +320,18 @@ class TransceiverProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{host_port(self.host, self.http_port)}"
+        return f"http://{format_host_port(self.host, self.http_port)}"
 
     def command(self) -> list[str]:
-        advertise = host_port(*(self.advertise or self.relay.address))
+        advertise = format_host_port(*(self.advertise or self.relay.address))
         return [
             sys.executable, "-m", "transceiver", "serve",
             "--id", str(self.tid),
             "--cluster", str(self.relay.cluster),
-            "--media", host_port(self.host, self.media_port),
+            "--media", format_host_port(self.host, self.media_port),
             "--advertise", advertise,
-            "--http", host_port(self.host, self.http_port),
-            "--metrics", host_port(self.host, self.metrics_port),
+            "--http", format_host_port(self.host, self.http_port),
+            "--metrics", format_host_port(self.host, self.metrics_port),
             "--log-level", "warning",
             *self.extra_args,
         ]  # fmt: skip
@@ -363,7 +359,7 @@ class TransceiverProcess:
         return bool(socket_inodes(self.proc.pid) & tcp_listener_inodes(port))
 
     def http(self, path: str, method: str = "GET", port: int | None = None) -> tuple[int, str]:
-        url = self.url if port is None else f"http://{host_port(self.host, port)}"
+        url = self.url if port is None else f"http://{format_host_port(self.host, port)}"
         req = urllib.request.Request(f"{url}{path}", method=method)
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:

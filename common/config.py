@@ -39,6 +39,11 @@ def parse_host_port(option: str, text: str) -> tuple[str, int]:
     return host, port_n
 
 
+def format_host_port(host: str, port: int) -> str:
+    """The inverse of ``parse_host_port``: 'HOST:PORT', an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def address_family(option: str, host: str) -> int:
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET

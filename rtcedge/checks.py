@@ -18,7 +18,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-from common.config import ConfigError, parse_host_port
+from common.config import ConfigError, format_host_port, parse_host_port
 from relay.config import RelayConfig
 from transceiver.config import TransceiverConfig
 from transceiver.tokens import read_secrets_file
@@ -115,14 +115,9 @@ def check_port_free(option: str, address: tuple[str, int]) -> None:
         except OSError as exc:
             raise ConfigError(
                 option,
-                f"{format_address(address)} is in use ({exc.strerror}): another `rtcedge up` "
+                f"{format_host_port(*address)} is in use ({exc.strerror}): another `rtcedge up` "
                 "or server listens there; stop it or pick another port",
             ) from None
-
-
-def format_address(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)

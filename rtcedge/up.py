@@ -21,7 +21,8 @@ import threading
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess, host_port
+from bench.peers import RelayProcess, TransceiverProcess
+from common.config import format_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
 from rtcedge.checks import UpAddresses, is_wildcard
 
@@ -79,11 +80,11 @@ def run_local(
             advertised = f" advertised as {addresses.advertised} ({addresses.advertised_why})"
         url = trx.url
         if is_wildcard(http_host):  # the page on every address: name one a browser can open
-            url = f"http://{host_port(addresses.advertised, http_port)}"
+            url = f"http://{format_host_port(addresses.advertised, http_port)}"
         click.echo(
             f"rtcedge up: ready - open {url}/ and press Talk "
-            f"(relay udp {host_port(*addresses.relay)}{advertised}, transceiver media udp "
-            f"{host_port(*trx.media_address)}); Ctrl-C stops",
+            f"(relay udp {format_host_port(*addresses.relay)}{advertised}, transceiver media udp "
+            f"{format_host_port(*trx.media_address)}); Ctrl-C stops",
         )
         sys.stdout.flush()
         while not stop.wait(0.5):

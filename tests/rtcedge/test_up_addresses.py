@@ -17,8 +17,8 @@ import pytest
 
 from bench.peers import free_port
 from rtcedge.checks import default_route_address
-from tests.rtcedge.up_process import running_up
 from tests.support.tone_call import run_client
+from tests.support.up import running_up
 from tests.support.waits import run
 from tests.support.whip import make_offer, post
 

@@ -9,57 +9,21 @@ relay's port can be bound again without SO_REUSEPORT.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
 from bench.peers import free_port
-from tests.support.processes import alive, descendants, identities, kill_all, udp_port_free
+from tests.support.processes import alive, descendants, identities, udp_port_free
+from tests.support.up import READY_TIMEOUT_S, REPO, end_up, wait_ready
 from tests.support.waits import wait_for
 
-READY_TIMEOUT_S = 20.0
 GONE_TIMEOUT_S = 15.0  # bound, not a speed claim: the transceiver drains for 2 s on SIGTERM
-REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_ready(
-    proc: subprocess.Popen[str], timeout_s: float, seen: list[str] | None = None
-) -> threading.Thread:
-    """Wait for ``up``'s ``ready`` line; returns the thread that keeps reading its output.
-
-    ``seen`` collects the lines up to and with the ready line."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    reader = threading.Thread(target=pump, daemon=True, name="up-stdout")
-    reader.start()
-    seen = [] if seen is None else seen
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        seen.append(line)
-        if "rtcedge up: ready" in line:
-            return reader
-    raise AssertionError(f"`rtcedge up` printed no ready line:\n{''.join(seen)}")
 
 
 @pytest.mark.parametrize(
@@ -111,28 +75,3 @@ def test_children_end_with_up(signum: int, to_group: bool) -> None:
             assert up.returncode == 0, f"`up` exited with {up.returncode}, not after a clean stop"
     finally:
         end_up(up, children, reader, term_timeout_s=0)
-
-
-def end_up(
-    up: subprocess.Popen[str],
-    children: dict[int, str | None],
-    reader: threading.Thread | None,
-    term_timeout_s: float,
-) -> None:
-    """Cleanup by PID whatever a test's outcome: ``up`` (SIGTERM first if ``term_timeout_s``,
-    then SIGKILL), every process it started, then its output pipe."""
-    if not children and up.poll() is None:  # failed before collecting them
-        children = identities(descendants(up.pid))
-    if up.poll() is None and term_timeout_s:
-        up.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            up.wait(timeout=term_timeout_s)
-    if up.poll() is None:
-        up.kill()
-        up.wait()
-    kill_all(children)
-    # Close the pipe only once every writer is gone: closing it under a blocked reader hangs.
-    if reader is not None:
-        reader.join(timeout=5)
-    if up.stdout is not None and not (reader and reader.is_alive()):
-        up.stdout.close()

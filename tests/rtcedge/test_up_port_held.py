@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from bench.peers import children_of, free_port
-from tests.rtcedge.test_up_lifecycle import READY_TIMEOUT_S, REPO, wait_ready
 from tests.support.processes import descendants, identities, kill_all
+from tests.support.up import READY_TIMEOUT_S, REPO, wait_ready
 
 
 def cmdline(pid: int) -> bytes:

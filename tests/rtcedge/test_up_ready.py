@@ -14,8 +14,7 @@ import subprocess
 import sys
 
 from bench.peers import TransceiverProcess, free_port
-from tests.rtcedge.test_up_lifecycle import READY_TIMEOUT_S, REPO
-from tests.rtcedge.up_process import up_command, up_env
+from tests.support.up import READY_TIMEOUT_S, REPO, up_command, up_env
 
 
 def test_up_on_an_http_port_in_use_fails_naming_it_without_ready():

@@ -38,7 +38,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.peers import host_port
+from common.config import format_host_port
 
 DEFAULT_STACK = "rtcedge up --http {http} --relay {relay}"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
@@ -84,7 +84,7 @@ class HarnessConfig:
     @property
     def page_url(self) -> str:
         query = f"?{self.page_query}" if self.page_query else ""
-        return f"http://{host_port(self.host, self.http_port)}/{query}"
+        return f"http://{format_host_port(self.host, self.http_port)}/{query}"
 
 
 class HarnessError(Exception):
@@ -522,8 +522,8 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the connected page")
     parser.add_argument("--page-query", default="", help="query string of the page's address")
     args = parser.parse_args(argv)
-    http = host_port(args.host, args.http_port)
-    relay = host_port(args.host, args.relay_port)
+    http = format_host_port(args.host, args.http_port)
+    relay = format_host_port(args.host, args.relay_port)
     return HarnessConfig(
         host=args.host,
         http_port=args.http_port,

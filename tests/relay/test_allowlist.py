@@ -6,19 +6,8 @@ from pathlib import Path
 
 from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from relay.allowlist import AllowlistResolver
-from relay.config import RelayConfig
 from tests.support.loopback import collect, udp_client
-
-
-def config(**kw) -> RelayConfig:
-    base = dict(
-        listen=("127.0.0.1", 3478),
-        internal_host="127.0.0.1",
-        internal_port_base=4000,
-        cluster=0,
-        keyring_json="{}",
-    )
-    return RelayConfig(**{**base, **kw})
+from tests.support.relay_config import relay_config as config
 
 
 def test_template_expands_over_ids_and_static_entries_win():

@@ -13,7 +13,7 @@ from common.config import ConfigError
 from relay.allowlist import AllowlistResolver
 from relay.cli import build_config
 from relay.cli import main as relay_main
-from relay.config import RelayConfig
+from tests.support.relay_config import relay_config
 
 INTERVAL_S, GRACE_S = 10.0, 60.0
 
@@ -31,18 +31,13 @@ class FakeDns:
 
 
 def resolver(dns: FakeDns, **kw) -> AllowlistResolver:
-    base = dict(
-        listen=("127.0.0.1", 3478),
-        internal_host="127.0.0.1",
-        internal_port_base=4000,
-        cluster=0,
-        keyring_json="{}",
+    options = dict(
         transceiver_dns="t-{id}.svc:5000",
         transceiver_ids=(0, 1),
         dns_interval_s=INTERVAL_S,
         dns_grace_s=GRACE_S,
     )
-    config = RelayConfig(**{**base, **kw}).validate()
+    config = relay_config(**{**options, **kw}).validate()
     return AllowlistResolver(config, resolver=dns)
 
 

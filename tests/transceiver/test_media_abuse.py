@@ -35,16 +35,21 @@ def garbage(rng: random.Random):  # type: ignore[no-untyped-def]
             yield (bytes([first]) + rng.randbytes(length))[:length]
 
 
+async def live_call(server, url: str, seconds: float):  # type: ignore[no-untyped-def]
+    """A real caller for ``seconds`` (its task), once connected: its session and client address."""
+    call = asyncio.create_task(run_client(url, 440, seconds=seconds))
+    assert await wait_until(lambda: connected(server), 10)
+    session = next(iter(server.sessions.values()))
+    return call, session, server.demux.path(session.ufrag).client
+
+
 def test_garbage_from_anywhere_is_dropped_and_a_live_call_goes_on(caplog):
     caplog.set_level(logging.ERROR)
 
     async def go() -> None:
         cfg = direct_config()
         async with running(cfg) as (server, url):
-            call = asyncio.create_task(run_client(url, 440, seconds=4))
-            assert await wait_until(lambda: connected(server), 10)
-            session = next(iter(server.sessions.values()))
-            client = server.demux.path(session.ufrag).client
+            call, _session, client = await live_call(server, url, seconds=4)
             attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             attacker.bind(("127.0.0.1", 0))
             attacker.setblocking(False)
@@ -96,10 +101,7 @@ def test_one_session_cannot_grow_its_state_with_checks_from_many_ports():
     async def go() -> None:
         cfg = direct_config()
         async with running(cfg) as (server, url):
-            call = asyncio.create_task(run_client(url, 440, seconds=5))
-            assert await wait_until(lambda: connected(server), 10)
-            session = next(iter(server.sessions.values()))
-            client = server.demux.path(session.ufrag).client
+            call, session, client = await live_call(server, url, seconds=5)
             username = f"{session.ufrag}:attacker"
             key = session.ice.local_password.encode()
             attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -47,7 +47,8 @@ Examples:
 \b
 Every option can also be set by the environment variable shown in brackets; secrets
 (--keyring-json, --auth-token, the token secret) only by the environment or a file.
-SIGTERM drains: /readyz turns 503, no new sessions, live ones get --drain-grace seconds.
+SIGTERM, SIGINT and SIGHUP drain: /readyz turns 503, no new sessions, live ones get
+--drain-grace seconds.
 """
 
 
@@ -319,7 +320,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
 
 
 async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then drain."""
+    """Serve until SIGTERM, SIGINT or SIGHUP, then drain."""
     from transceiver.http import make_app, make_metrics_app
     from transceiver.server import TransceiverServer
 
@@ -342,7 +343,9 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
             raise ConfigError(option, f"cannot listen on {(host, port)}: {exc.strerror}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP too: a closing terminal sends it to every process of its group (`rtcedge up`),
+    # and the default would end the process at once, without ending its sessions.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     log.info(
         "transceiver %d: media %s, advertising %s, http %s, metrics %s",

@@ -1,8 +1,10 @@
 """One real browser call through the whole stack: headless Chromium -> relay -> transceiver -> echo.
 
-Meant to run INSIDE a fresh loopback-only network namespace (``unshare --net`` then
-``ip link set lo up``; ``test_browser.py`` does that): Chromium would otherwise offer and use a
-non-loopback address of the machine (docs/transceiver.md). The harness starts the stack
+Meant to run INSIDE a fresh network namespace (``unshare --net`` then ``ip link set lo up``;
+``test_browser.py`` does that): Chromium would otherwise offer and use a non-loopback address of
+the machine (docs/transceiver.md). For ``--host ::1`` the namespace also needs what a dual-stack
+host has (a global IPv6 address and a default route), or Chromium gathers no IPv6 loopback
+candidate at all; ``test_browser.py`` says why. The harness starts the stack
 (``rtcedge up`` by default), then Chromium with a fake microphone that plays a beep, drives the page
 over the Chrome DevTools Protocol (a small aiohttp WebSocket client; no browser-automation
 dependency), clicks Talk, waits for the call to connect, lets audio flow, reads
@@ -57,7 +59,8 @@ CHROMIUM_FLAGS = (
     "--use-fake-device-for-media-stream",  # the fake microphone plays a beep tone
     "--autoplay-policy=no-user-gesture-required",
     # The namespace has only lo, and WebRTC leaves loopback out of its network list by default:
-    # without this Chromium has no local candidate and ICE never leaves "new".
+    # without this Chromium has no local candidate and ICE never leaves "new". It adds ::1 only
+    # when it also has a default local IPv6 address (test_browser.py: DUAL_STACK).
     "--allow-loopback-in-peer-connection",
     "--remote-debugging-port=0",  # the chosen port is written to DevToolsActivePort
     "--window-size=1000,1000",
@@ -276,8 +279,9 @@ async def poll(what: str, check: Any, timeout_s: float, interval_s: float = 0.1)
         await asyncio.sleep(interval_s)
 
 
-def loopback_only() -> bool:
-    return [name for _, name in socket.if_nameindex()] == ["lo"]
+def interfaces() -> list[str]:
+    """The namespace's interface names, for the report: where Chromium could have sent from."""
+    return sorted(name for _, name in socket.if_nameindex())
 
 
 class Run:
@@ -299,7 +303,7 @@ class Run:
             "page": config.page_url,
             "relay": {"address": config.host, "port": config.relay_port},
             "stack_command": config.stack_command,
-            "loopback_only": loopback_only(),
+            "interfaces": interfaces(),
             "timings_ms": self.timings_ms,
         }
 

@@ -1,14 +1,17 @@
 """A real browser talks to the whole stack: Chromium -> relay -> transceiver -> echo -> back.
 
 The browser side (``transceiver/static``) is driven by ``browser_harness`` inside a fresh
-loopback-only network namespace, so Chromium can only reach the stack through 127.0.0.1 and the
-relay's address in the answer. Needs root (``unshare --net``) and /usr/bin/chromium, which
-``.ci/run`` installs; a missing browser fails the test instead of skipping it, so CI can't go
-green without ever having placed a call.
+network namespace, so Chromium can only reach the stack through the loopback address it runs on
+and the relay's address in the answer. Each test runs twice: ``rtcedge up`` on 127.0.0.1 in a
+loopback-only namespace, and on ``[::1]`` in a namespace set up like a dual-stack host (see
+``DUAL_STACK`` for why Chromium needs that). Needs root (``unshare --net``) and
+/usr/bin/chromium, which ``.ci/run`` installs; a missing browser fails the test instead of
+skipping it, so CI can't go green without ever having placed a call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -30,8 +33,59 @@ SUBPROCESS_TIMEOUT_S = HARNESS_TIMEOUT_S + 45  # ...and its watchdog to 30 s mor
 TOKEN_SECRET = "the browser test's token secret, >= 32 bytes"
 
 
+@dataclasses.dataclass(frozen=True)
+class Namespace:
+    """The network namespace one call runs in: the stack's address, and how it is set up."""
+
+    host: str  # the stack listens here (HTTP and relay); Chromium calls it
+    setup: tuple[str, ...]  # shell commands run in the new namespace before the harness
+    interfaces: tuple[str, ...]  # every interface it then has, sorted: nothing else to send from
+    browser_addresses: frozenset[str]  # where Chromium's end of the call may be
+
+
+LOOPBACK = Namespace("127.0.0.1", ("ip link set lo up",), ("lo",), frozenset({"127.0.0.1"}))
+
+ULA = "fd00:72:7463::1"  # a unique local address (RFC 4193): private, never routed out
+# Why ::1 needs more than lo: Chromium builds its WebRTC network list from the interface
+# addresses its network service reports, leaving out loopback and link-local IPv6 ones (blink's
+# IpcNetworkManager::OnNetworkListChanged). --allow-loopback-in-peer-connection then adds
+# 127.0.0.1 always, but ::1 only when there is a *default local IPv6 address*: the source address
+# of a UDP socket connected toward 2001:4860:4860::8888 (connect only, nothing is sent), which
+# must also be one of the listed addresses. A loopback-only namespace has no listed IPv6 address
+# and no IPv6 route, so Chromium had no IPv6 network at all: no candidate, ICE stayed "new" (a
+# route on lo does not help: the probe's source is then ::1, which is not listed).
+# A dual-stack host has a global address and a default route, and so does this namespace: a ULA
+# on one end of a veth pair whose other end stays in the namespace too (this kernel has no dummy
+# interfaces; a veth end has a carrier only while its peer is up), and the default route through
+# it. Nothing can leave the namespace. Chromium then offers both the ULA and ::1 and both checks
+# against the relay's [::1] succeed; it nominates the ULA pair, because WebRTC's ICE controller
+# compares network cost before priority, and the veth ("ethernet") costs less than the added
+# loopback_ipv6 network ("unknown") - as a dual-stack host calls a local [::1] from its LAN
+# address. Without the default route only the ULA is offered, and the call works the same way.
+DUAL_STACK = Namespace(
+    "::1",
+    (
+        "ip link set lo up",
+        "ip link add rtc0 type veth peer name rtc1",
+        "ip link set rtc1 up",
+        "ip link set rtc0 up",
+        f"ip -6 addr add {ULA}/64 dev rtc0 nodad",  # nodad: usable at once, not "tentative"
+        "ip -6 route add default dev rtc0",
+    ),
+    ("lo", "rtc0", "rtc1"),
+    frozenset({"::1", ULA}),
+)
+
+
+@pytest.fixture(
+    scope="module", params=[LOOPBACK, DUAL_STACK], ids=["ipv4-loopback", "ipv6-loopback"]
+)
+def namespace(request: pytest.FixtureRequest) -> Namespace:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def call(tmp_path_factory) -> dict:
+def call(tmp_path_factory, namespace: Namespace) -> dict:
     """One echo call through the stack, as the harness reports it (JSON).
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
@@ -54,12 +108,12 @@ def call(tmp_path_factory) -> dict:
     stack = f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file}"
     harness = (
         f"exec {sys.executable} -m tests.transceiver.browser_harness"
-        f" --http-port {HTTP_PORT} --relay-port {RELAY_PORT} --timeout {HARNESS_TIMEOUT_S}"
-        f" --stack {shlex.quote(stack)} --page-query token={token}"
+        f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
+        f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} --page-query token={token}"
     )
     try:
         proc = subprocess.run(
-            ["unshare", "--net", "--", "sh", "-c", f"ip link set lo up && {harness}"],
+            ["unshare", "--net", "--", "sh", "-c", " && ".join((*namespace.setup, harness))],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -91,19 +145,27 @@ def describe(result: dict) -> str:
     return json.dumps(result, indent=1, default=str)
 
 
-def test_browser_call_connects(call: dict) -> None:
+def test_browser_call_connects(call: dict, namespace: Namespace) -> None:
     call = completed(call)
     assert call["error"] is None, describe(call)
     assert call["connected"], describe(call)
     assert call["state"]["connectionState"] == "connected", describe(call)
-    assert call["loopback_only"], "the harness ran outside a loopback-only namespace"
+    assert tuple(call["interfaces"]) == namespace.interfaces, "not the namespace this test made"
 
 
-def test_selected_remote_candidate_is_the_relay(call: dict) -> None:
+def test_selected_remote_candidate_is_the_relay(call: dict, namespace: Namespace) -> None:
     call = completed(call)
     remote = (call.get("stats") or {}).get("selectedRemote")
     assert remote is not None, describe(call)
-    assert (remote["address"], remote["port"]) == ("127.0.0.1", RELAY_PORT), describe(call)
+    assert (remote["address"], remote["port"]) == (namespace.host, RELAY_PORT), describe(call)
+
+
+def test_browser_calls_from_an_address_of_the_namespace(call: dict, namespace: Namespace) -> None:
+    """Chromium's end of the selected pair: the same family, and an address the test gave it."""
+    call = completed(call)
+    local = (call.get("stats") or {}).get("selectedLocal")
+    assert local is not None, describe(call)
+    assert local["address"] in namespace.browser_addresses, describe(call)
 
 
 def test_audio_flows_both_ways(call: dict) -> None:

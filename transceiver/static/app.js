@@ -111,9 +111,21 @@
     renderMessages();
   }
 
+  // One end of the selected candidate pair, or null when the report lacks it.
+  function describeCandidate(candidate) {
+    if (!candidate) return null;
+    return {
+      address: candidate.address ?? candidate.ip,
+      port: candidate.port,
+      candidateType: candidate.candidateType,
+      protocol: candidate.protocol,
+    };
+  }
+
   // Reads the RTCStatsReport into the shape window.rtcedge.stats() promises.
   async function collectStats() {
     const out = {
+      selectedLocal: null,
       selectedRemote: null,
       roundTripTimeS: null,
       inbound: { packetsReceived: 0, bytesReceived: 0, totalAudioEnergy: 0, audioLevel: 0 },
@@ -142,15 +154,8 @@
     }
     if (pair) {
       out.roundTripTimeS = pair.currentRoundTripTime ?? null;
-      const remote = report.get(pair.remoteCandidateId);
-      if (remote) {
-        out.selectedRemote = {
-          address: remote.address ?? remote.ip,
-          port: remote.port,
-          candidateType: remote.candidateType,
-          protocol: remote.protocol,
-        };
-      }
+      out.selectedLocal = describeCandidate(report.get(pair.localCandidateId));
+      out.selectedRemote = describeCandidate(report.get(pair.remoteCandidateId));
     }
     report.forEach((s) => {
       if (s.type === "inbound-rtp" && s.kind === "audio") {

@@ -12,7 +12,7 @@ import math
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.harness.stats import percentile
 
@@ -88,6 +88,8 @@ class LatencyResult:
     p90_us: float
     p99_us: float
     added_p50_us: float | None = None
+    # The distribution (the plot's CDF): the delay at every whole percentile, 0 (fastest) .. 100.
+    percentiles_us: list[float] = field(default_factory=list)
 
 
 def measure_latency(
@@ -121,6 +123,9 @@ def measure_latency(
             percentile(values, 0.5) / 1e3,
             percentile(values, 0.9) / 1e3,
             percentile(values, 0.99) / 1e3,
+            percentiles_us=[round(percentile(values, q / 100) / 1e3, 1) for q in range(101)]
+            if values
+            else [],
         )
     direct = results["direct"].p50_us
     for name, res in results.items():

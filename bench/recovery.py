@@ -39,6 +39,7 @@ from bench.harness.progress import Progress
 from bench.harness.stats import percentile_nearest_index
 from bench.harness.verdict import verdict
 from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
+from bench.plots.recovery import recovery_figure
 from bench.webrtc_client import EchoCaller, loopback_only
 
 # ``path`` has no target of its own; it restores the flow from Redis like ``relay-redis``.
@@ -348,7 +349,7 @@ def recovery_bench(
         return run_async(bench, RUN_DEADLINE_S)
 
     report = functools.partial(print_report, quick=quick)
-    run_and_report("recovery", measure, report, out_dir)
+    run_and_report("recovery", measure, report, out_dir, recovery_figure)
 
 
 if __name__ == "__main__":

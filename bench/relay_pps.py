@@ -57,6 +57,7 @@ from bench.harness.verdict import verdict
 from bench.latency import LatencyResult, measure_latency, set_recv_timeout
 from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from bench.plain_forwarder import DEFAULT_BUFFER_BYTES
+from bench.plots.relay_pps import relay_figure
 from bench.udp_load import (
     SO_RCVBUF_MIN,
     Generator,
@@ -794,7 +795,7 @@ def relay_bench(
         nginx=nginx,
         quick=quick,
     )
-    run_and_report("relay_pps", lambda: run(cfg), print_report, cfg.out_dir)
+    run_and_report("relay_pps", lambda: run(cfg), print_report, cfg.out_dir, relay_figure)
 
 
 if __name__ == "__main__":

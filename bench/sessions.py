@@ -55,6 +55,7 @@ from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import verdict
 from bench.peers import RelayProcess, TransceiverProcess
+from bench.plots.sessions import sessions_figure
 from bench.sessions_callers import WorkerProcess, connect, hang_up, mark, start_workers
 from bench.sessions_step import (
     TRANSCEIVER_SATURATED_PCT,
@@ -594,7 +595,7 @@ def sessions_bench(
             retries=retries,
             out_dir=out_dir,
         )
-    run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir)
+    run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 
 
 if __name__ == "__main__":

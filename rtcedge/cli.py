@@ -130,7 +130,7 @@ class Benchmarks(click.Group):
     """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return ["recovery", "relay", "sessions"]
+        return ["plot", "recovery", "relay", "sessions"]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         with from_checkout(f"rtcedge bench {cmd_name}"):
@@ -146,6 +146,10 @@ class Benchmarks(click.Group):
                 from bench.recovery import recovery_bench
 
                 return recovery_bench
+            if cmd_name == "plot":
+                from bench.plots.cli import plot_command
+
+                return plot_command
         return None
 
 

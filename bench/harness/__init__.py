@@ -2,7 +2,8 @@
 
 - ``results``: the run's header (benchmark, start, host, config) and the JSON result file.
 - ``cli``: ``--out``, and the tail every command shares: run (``run_async`` for asyncio), stop
-  cleanly on SIGTERM/SIGINT, print the report, write the result.
+  cleanly on SIGTERM/SIGINT, print the report, write the result and its plot.
+- ``plots``: the result's picture, a PNG beside its JSON (matplotlib, an optional extra).
 - ``pinning``: which CPUs a process and every one of its threads may run on.
 - ``procfs``: what the kernel counts for us: CPU time of processes and CPUs, UDP socket queues
   and drops.

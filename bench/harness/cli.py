@@ -1,6 +1,6 @@
 """The end of every benchmark's command: run, stop cleanly on SIGTERM or Ctrl-C, print the
-report, write the result. A benchmark exits 0 whatever its figures are: they are for people to
-read, and its PASS/FAIL lines say how they compare with the criteria."""
+report, write the result and its picture. A benchmark exits 0 whatever its figures are: they are
+for people to read, and its PASS/FAIL lines say how they compare with the criteria."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from bench.harness.plots import Draw, PlotsUnavailable, write_plot
 from bench.harness.results import RESULTS_DIR, write_result
 
 Echo = Callable[[str], None]
@@ -25,7 +26,7 @@ out_option = click.option(
     type=click.Path(file_okay=False),
     default=str(RESULTS_DIR),
     show_default=True,
-    help="Folder for the JSON result.",
+    help="Folder for the JSON result (and its plot, a PNG with the same name).",
 )
 
 
@@ -78,9 +79,17 @@ def run_and_report(
     measure: Callable[[], Result],
     report: Callable[[Result, Echo], None],
     out_dir: str,
+    draw: Draw,
 ) -> None:
-    """Measure, print the report, write ``<out_dir>/<benchmark>-<stamp>.json`` and say where."""
+    """Measure, print the report, write ``<out_dir>/<benchmark>-<stamp>.json`` and its plot
+    (``.png``, drawn by ``draw`` from the file) and say where; without matplotlib, say how to get
+    the plot."""
     with sigterm_unwinds():
         result = measure()
         report(result, click.echo)
-        click.echo(f"results: {write_result(result, out_dir, benchmark)}")
+        path = write_result(result, out_dir, benchmark)
+        click.echo(f"results: {path}")
+        try:
+            click.echo(f"plot: {write_plot(path, draw)}")
+        except PlotsUnavailable as exc:
+            click.echo(str(exc))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_output import assert_quick_run_output
+from tests.support.bench_output import assert_plot_beside, assert_quick_run_output
 
 QUICK_SCENARIOS = ("worker", "relay-redis", "path")
 INSTALL_HINT = "apt-get install redis-server"
@@ -48,6 +48,7 @@ def test_quick_run_recovers_shows_progress_and_judges_nothing(tmp_path: Path) ->
     files = list(tmp_path.glob("recovery-*.json"))
     assert len(files) == 1, stdout
     result = json.loads(files[0].read_text())
+    assert_plot_beside(files[0], stdout)
     assert set(result) == set(QUICK_SCENARIOS)
     for name, s in result.items():
         assert s["trials"] == 1 and len(s["gap_ms"]) == 1
@@ -77,7 +78,9 @@ def test_without_redis_server_its_scenarios_are_skipped_with_a_note(tmp_path: Pa
     assert "Traceback" not in stderr, stderr
     first = stdout.splitlines()[0]
     assert first.startswith("note: redis-server not found") and INSTALL_HINT in first, stdout
-    result = json.loads(next(tmp_path.glob("recovery-*.json")).read_text())
+    result_json = next(tmp_path.glob("recovery-*.json"))
+    result = json.loads(result_json.read_text())
     assert "redis-server" in result["path"]["skipped"]
+    assert_plot_beside(result_json, stdout)  # drawn with the skipped scenario named
     assert result["worker"]["trials"] == 1
     assert_quick_run_output(stdout, steps=1)

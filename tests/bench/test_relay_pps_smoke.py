@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_output import assert_quick_run_output
+from tests.support.bench_output import assert_plot_beside, assert_quick_run_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -34,6 +34,7 @@ def test_quick_run_writes_complete_result(tmp_path: Path) -> None:
     files = list(tmp_path.glob("relay_pps-*.json"))
     assert len(files) == 1, stdout
     result = json.loads(files[0].read_text())
+    assert_plot_beside(files[0], stdout)
 
     assert result["config"]["rounds"] == 2
     assert result["config"]["window_s"] == 1.0

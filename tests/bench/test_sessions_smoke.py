@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_output import assert_quick_run_output
+from tests.support.bench_output import assert_plot_beside, assert_quick_run_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -62,6 +62,7 @@ def test_quick_run_connects_calls_that_hear_their_own_echo(tmp_path: Path) -> No
     files = list(tmp_path.glob("sessions-*.json"))
     assert len(files) == 1, stdout
     result = json.loads(files[0].read_text())
+    assert_plot_beside(files[0], stdout)
 
     assert result["config"]["sessions"] == [2]
     assert result["config"]["window_s"] == 2.0

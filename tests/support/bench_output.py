@@ -1,11 +1,17 @@
 """What every benchmark's ``--quick`` run prints: a progress line per step with an estimate of
-what is left, and no PASS/FAIL against an acceptance criterion it cannot meet."""
+what is left, and no PASS/FAIL against an acceptance criterion it cannot meet; and the plot it
+draws beside its JSON."""
 
 from __future__ import annotations
 
 import re
+import struct
+from pathlib import Path
 
 from bench.harness.verdict import QUICK_SKIP
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIN_PLOT_BYTES = 15_000  # a blank canvas of this size is a few KB; axes, text and data are more
 
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\] .*\(\d+ s elapsed, ~\d+ s left\)$")
 
@@ -18,3 +24,20 @@ def assert_quick_run_output(stdout: str, steps: int) -> None:
     ], stdout
     assert not any(re.search(r"\b(PASS|FAIL)\b", line) for line in lines), stdout
     assert QUICK_SKIP in stdout, stdout
+
+
+def assert_plot_beside(result_json: Path, stdout: str) -> None:
+    """The run drew its plot: a PNG named like its JSON, said in its output, with more in it than
+    an empty canvas."""
+    png = result_json.with_suffix(".png")
+    assert f"plot: {png}" in stdout, stdout
+    assert_png(png)
+
+
+def assert_png(path: Path) -> None:
+    """``path`` is a PNG image of a readable size and more than a blank canvas."""
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE), path
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk comes first
+    assert width >= 600 and height >= 300, (width, height)
+    assert len(data) > MIN_PLOT_BYTES, f"{path}: {len(data)} bytes, a blank canvas?"

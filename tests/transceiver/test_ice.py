@@ -33,7 +33,7 @@ class Recorder:
         conn = SharedSocketConnection(
             UFRAG,
             PASSWORD,
-            ADVERTISED,
+            (ADVERTISED,),
             send=lambda data, to: self.sent.append((data, to)),
             on_selected=self.selected.append,
         )

@@ -50,6 +50,10 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--trusted-proxy", "10.0.0.0/8 nonsense"], "--trusted-proxy"),
         (["--token-max-ttl", "0"], "--token-max-ttl"),
         (["--token-secret-file", "/nonexistent/secret"], "--token-secret-file"),
+        (["--region", "eu=relay.example:3478"], "--region"),
+        (["--region", "eu"], "--region"),
+        (["--region", "eu=192.0.2.1:3478", "--region-prefix", "10.0.0.0/8=us"], "--region-prefix"),
+        (["--region", "eu=192.0.2.1:3478", "--region-header", "X-Region"], "--region-header"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):

@@ -22,6 +22,7 @@ from common.options import (
 )
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
+from transceiver.regions import parse_region, parse_region_prefix
 from transceiver.tokens import mint, parse_secrets, read_secrets_file
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -85,7 +86,8 @@ def main() -> None:
     "--advertise",
     env="ADVERTISE",
     required=True,
-    help="The relay's public HOST:PORT: the only ICE candidate in answers.",
+    help="The relay's public HOST:PORT: the ICE candidate of every answer (with --region, the "
+    "last and lowest-priority one of a region's answers).",
 )
 @env_option(
     "--http",
@@ -257,6 +259,40 @@ def main() -> None:
     help="CIDR that encapsulated datagrams may come from (repeatable; default: any). Set it "
     "to the relays' network: an encapsulated datagram names the client it speaks for.",
 )
+@env_option(
+    "--region",
+    "regions",
+    env="REGIONS",
+    multiple=True,
+    help="NAME=HOST:PORT[,HOST:PORT...]: the relay addresses an answer advertises to a client "
+    "of region NAME, most preferred first (repeatable). --advertise is added last as a backup "
+    "unless --no-backup-candidate. Clients of no region get --advertise alone.",
+)
+@env_option(
+    "--region-header",
+    env="REGION_HEADER",
+    default=None,
+    help="Request header naming the client's region (e.g. CloudFront-Viewer-Country), set by "
+    "your CDN or load balancer; believed only from a --trusted-proxy.",
+)
+@env_option(
+    "--region-prefix",
+    "region_prefixes",
+    env="REGION_PREFIXES",
+    multiple=True,
+    help="CIDR=NAME: clients in CIDR are of region NAME (repeatable; the longest prefix wins), "
+    "when --region-header is absent or names no region. The client's address as the quotas "
+    "see it (--trusted-proxy).",
+)
+@env_option(
+    "--no-backup-candidate",
+    "no_backup_candidate",
+    env="NO_BACKUP_CANDIDATE",
+    is_flag=True,
+    default=False,
+    help="Advertise only a region's own addresses, without --advertise as its last, "
+    "lowest-priority candidate (which keeps calls connecting while a region's edge is down).",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
@@ -316,6 +352,12 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         body_timeout_s=opts["body_timeout"],
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
         address_ttl_s=opts["address_ttl"],
+        regions=tuple(parse_region(r) for spec in opts["regions"] for r in spec.split()),
+        region_header=opts["region_header"],
+        region_prefixes=tuple(
+            parse_region_prefix(p) for spec in opts["region_prefixes"] for p in spec.split()
+        ),
+        backup_candidate=not opts["no_backup_candidate"],
     ).validate()
 
 
@@ -348,10 +390,11 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "transceiver %d: media %s, advertising %s, http %s, metrics %s",
+        "transceiver %d: media %s, advertising %s (regions: %s), http %s, metrics %s",
         config.transceiver_id,
         server.media_address,
         config.advertise,
+        server.regions.describe(),
         config.http,
         config.metrics or "off",
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from common.config import ConfigError, address_family
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
+from transceiver.regions import Addr, RegionTable
 from transceiver.tokens import MIN_SECRET_BYTES
 
 
@@ -45,6 +46,10 @@ class TransceiverConfig:
     cors_origin: str = "*"
     relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
     address_ttl_s: float = 30.0  # a client address the session left, once silent this long, ends
+    regions: tuple[tuple[str, tuple[Addr, ...]], ...] = ()  # name -> relay addresses, preferred 1st
+    region_header: str | None = None  # the request header naming the client's region
+    region_prefixes: tuple[tuple[str, str], ...] = ()  # (client CIDR, region name)
+    backup_candidate: bool = True  # --advertise last in every region's answer
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -103,7 +108,23 @@ class TransceiverConfig:
                 )
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
+        self.region_table()
+        if self.region_header is not None and not self.trusted_proxies:
+            raise ConfigError(
+                "--region-header",
+                "is believed only from a --trusted-proxy: set it to the proxy that sets the header",
+            )
         return self
+
+    def region_table(self) -> RegionTable:
+        """The regions' chooser (ConfigError naming the option on a bad entry)."""
+        return RegionTable(
+            self.advertise,
+            self.regions,
+            self.region_prefixes,
+            self.region_header,
+            self.backup_candidate,
+        )
 
     def lifecycle_limits(self) -> Limits:
         return Limits(

@@ -33,6 +33,7 @@ from transceiver.quota import (
     SessionsPerClient,
     client_address,
     client_key,
+    from_trusted_proxy,
     retry_after,
 )
 from transceiver.server import SessionLimitError, TransceiverServer
@@ -197,8 +198,11 @@ def make_app(server: TransceiverServer) -> web.Application:
         metadata = {"user_agent": request.headers.get("User-Agent", "")[:200]}
         if subject is not None:
             metadata["subject"] = subject
+        region = None
+        if cfg.region_header and from_trusted_proxy(request.remote, trusted):
+            region = request.headers.get(cfg.region_header)
         try:
-            session = await server.create_session(offer, address or "", metadata)
+            session = await server.create_session(offer, address or "", metadata, region)
         except SessionLimitError as exc:
             return fail("POST", 503, str(exc), **{"Retry-After": RETRY_AFTER_S})
         except BackendError as exc:

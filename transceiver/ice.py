@@ -3,9 +3,12 @@
 aiortc gives every peer connection an ``aioice.Connection`` that binds its own sockets. Instead,
 each session gets a ``SharedSocketConnection``:
 
-- its only local candidate is a host candidate at the relay's public address (the address every
-  client must send to), backed by a virtual datagram transport that writes through the shared
-  socket; aioice's own ``StunProtocol`` still parses, answers and retransmits STUN;
+- its local candidates are host candidates at relay addresses (the addresses a client may send
+  to: its region's edge first, the cluster's relay last; ``transceiver.regions``), with strictly
+  decreasing priorities; behind them is ONE virtual datagram transport that writes through the
+  shared socket, so aioice's own ``StunProtocol`` still parses, answers and retransmits STUN,
+  and a check arriving through any of those relays reaches the one agent of the session (the
+  client is learned from the relay that forwarded it, whatever address it sent to);
 - its ufrag is the session's signed routing hint and its password is random;
 - it is the controlled agent (full ICE: aioice cannot do ice-lite) and ignores every candidate the
   client offers: the client is learned as peer-reflexive from its first authenticated check
@@ -19,7 +22,7 @@ aiortc and aioice; ``check_versions`` refuses versions these were not verified w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aioice
@@ -86,25 +89,28 @@ class VirtualTransport(asyncio.DatagramTransport):
 
 
 class SharedSocketConnection(aioice.Connection):
-    """An aioice Connection whose one candidate is the relay's address on the shared socket."""
+    """An aioice Connection whose candidates are relay addresses, on the shared socket."""
 
     def __init__(
         self,
         ufrag: str,
         password: str,
-        advertised: Addr,
+        advertised: Sequence[Addr],
         send: Callable[[bytes, Addr | None], None],
         on_selected: Callable[[Addr], None] = lambda addr: None,
     ):
+        """``advertised``: the relay addresses the answer names, most preferred first."""
         super().__init__(ice_controlling=False, local_username=ufrag, local_password=password)
-        self._advertised = advertised
+        if not advertised:
+            raise ValueError("at least one advertised address")
+        self._advertised = tuple(advertised)
         self._send_datagram = send
         self._on_selected = on_selected
         self._selected: Addr | None = None
         self.protocol: StunProtocol | None = None
 
     async def gather_candidates(self) -> None:
-        # No interface enumeration, no STUN/TURN servers: the only candidate is the relay's.
+        # No interface enumeration, no STUN/TURN servers: the candidates are the relays'.
         if not self._local_candidates_start:
             self._local_candidates_start = True
             self._local_candidates += await self.get_component_candidates(1, [])
@@ -113,23 +119,39 @@ class SharedSocketConnection(aioice.Connection):
     async def get_component_candidates(
         self, component: int, addresses: list[str], timeout: int = 5
     ) -> list[Candidate]:
+        """One protocol (the virtual transport) and one host candidate per advertised address.
+
+        Priorities decrease strictly in the given order (the local preference counts down from
+        aioice's 65535), so a client tries the first address first; each candidate has its own
+        foundation, so a client does not freeze the backup behind a dead edge on the same host.
+        aioice pairs the client's checks with ``protocol.local_candidate`` (the first): the
+        others exist only in the answer (aiortc writes every local candidate, and the first
+        in the c= line).
+        """
         protocol = StunProtocol(self)
-        transport = VirtualTransport(self._send_datagram, self._advertised)
+        transport = VirtualTransport(self._send_datagram, self._advertised[0])
         transport._protocol = protocol
         protocol.connection_made(transport)
-        host, port = self._advertised
-        protocol.local_candidate = Candidate(
-            foundation=candidate_foundation("host", "udp", host),
-            component=component,
-            transport="udp",
-            priority=candidate_priority(component, "host"),
-            host=host,
-            port=port,
-            type="host",
-        )
+        candidates = [
+            Candidate(
+                foundation=candidate_foundation("host", "udp", f"{host}|{port}"),
+                component=component,
+                transport="udp",
+                priority=candidate_priority(component, "host", local_pref=65535 - index),
+                host=host,
+                port=port,
+                type="host",
+            )
+            for index, (host, port) in enumerate(self._advertised)
+        ]
+        protocol.local_candidate = candidates[0]
         self._protocols.append(protocol)
         self.protocol = protocol
-        return [protocol.local_candidate]
+        return candidates
+
+    def get_default_candidate(self, component: int) -> Candidate | None:
+        """The most preferred candidate (aioice's own picks the lowest priority)."""
+        return next((c for c in self._local_candidates if c.component == component), None)
 
     def check_complete(self, pair: CandidatePair) -> None:
         """aioice's bookkeeping, plus moving media only after a proven round trip.

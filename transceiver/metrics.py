@@ -38,6 +38,13 @@ class TransceiverMetrics:
             "Sessions created by an accepted offer.",
             registry=r,
         )
+        self.region_sessions = Counter(
+            "rtcedge_transceiver_region_sessions",
+            "Sessions created, by the region whose relay addresses their answer advertised"
+            " (a configured --region, or default).",
+            ["region"],
+            registry=r,
+        )
         self.sessions_ended = Counter(
             "rtcedge_transceiver_sessions_ended",
             "Sessions ended, by reason.",

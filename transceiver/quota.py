@@ -48,6 +48,12 @@ def client_address(
     return str(address)
 
 
+def from_trusted_proxy(peer: str | None, trusted: Sequence[Network]) -> bool:
+    """Whether the TCP peer is one of our trusted proxies: only then are its headers believed."""
+    address = _ip(peer)
+    return address is not None and _within(address, trusted)
+
+
 def client_key(address: str | None, subject: str | None = None) -> str:
     """The quota key: the token's subject, else the address (an IPv6 one by its /64)."""
     if subject:

@@ -41,6 +41,9 @@ class TransceiverServer:
         url = config.backend_url if config.backend == "websocket" else None
         self.backend = backend or create_backend(config.backend, url)
         self.metrics = TransceiverMetrics()
+        self.regions = config.region_table()
+        for label in self.regions.labels:  # every region shows, at 0 until its first session
+            self.metrics.region_sessions.labels(label)
         self.demux: Demux[Session] = Demux(on_forget=lambda s, addr: s.ice.forget_address(addr))
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
@@ -104,20 +107,38 @@ class TransceiverServer:
         return None
 
     async def create_session(
-        self, offer_sdp: str, remote: str, metadata: dict[str, str]
+        self,
+        offer_sdp: str,
+        remote: str,
+        metadata: dict[str, str],
+        region_header: str | None = None,
     ) -> Session:
-        """Where a session is created: credentials, table entries, then its SDP answer."""
+        """Where a session is created: credentials, table entries, then its SDP answer.
+
+        ``remote`` is the client's address as the HTTP layer determined it; ``region_header``
+        the value of --region-header, only if a trusted proxy set it. Both choose the relay
+        addresses the answer advertises (``transceiver.regions``).
+        """
         refusal = self.capacity_refusal()
         if refusal is not None:
             raise SessionLimitError(refusal)
+        choice = self.regions.choose(region_header, remote)
         session_id = secrets.token_hex(16)
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
-        session = Session(self._session_context, session_id, ufrag, password, time.monotonic())
+        session = Session(
+            self._session_context,
+            session_id,
+            ufrag,
+            password,
+            time.monotonic(),
+            advertised=choice.addresses,
+        )
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
         self.metrics.sessions_active.inc()
         self.metrics.sessions_started.inc()
+        self.metrics.region_sessions.labels(choice.region).inc()
         try:
             session.answer_sdp = await session.answer(offer_sdp, remote, metadata)
         except BaseException:

@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ class SessionContext:
     """What a session may use of the process that holds it; one, shared by every session."""
 
     transceiver_id: int  # told to the backend
-    advertise: Addr  # the relay's public address: the session's one ICE candidate
+    advertise: Addr  # the relay's public address: a session's ICE candidate unless told others
     limits: Limits  # the lifecycle's deadlines
     backend: Backend
     metrics: SessionMetrics
@@ -56,8 +56,16 @@ class SessionContext:
 
 class Session:
     def __init__(
-        self, context: SessionContext, session_id: str, ufrag: str, password: str, now: float
+        self,
+        context: SessionContext,
+        session_id: str,
+        ufrag: str,
+        password: str,
+        now: float,
+        advertised: Sequence[Addr] = (),
     ) -> None:
+        """``advertised``: the relay addresses the answer names, most preferred first (its
+        region's: ``transceiver.regions``); empty: ``context.advertise`` alone."""
         self._context = context
         self._metrics = context.metrics
         self.id = session_id
@@ -69,7 +77,7 @@ class Session:
         self.ice = SharedSocketConnection(
             ufrag,
             password,
-            context.advertise,
+            tuple(advertised) or (context.advertise,),
             send=lambda data, to: context.send(ufrag, data, to),
             on_selected=lambda client: context.on_selected(ufrag, client),
         )

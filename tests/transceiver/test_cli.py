@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from common.hint import Keyring
-from transceiver.cli import main
+from transceiver.cli import build_config, main
 from transceiver.tokens import TokenVerifier
 
 KEYRING = Keyring.generate(1).to_json()
@@ -50,6 +50,10 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--trusted-proxy", "10.0.0.0/8 nonsense"], "--trusted-proxy"),
         (["--token-max-ttl", "0"], "--token-max-ttl"),
         (["--token-secret-file", "/nonexistent/secret"], "--token-secret-file"),
+        (["--region", "eu=relay.example:3478"], "--region"),
+        (["--region", "eu"], "--region"),
+        (["--region", "eu=192.0.2.1:3478", "--region-prefix", "10.0.0.0/8=us"], "--region-prefix"),
+        (["--region", "eu=192.0.2.1:3478", "--region-header", "X-Region"], "--region-header"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):
@@ -127,3 +131,24 @@ def test_token_prints_a_token_the_transceiver_accepts(tmp_path):
     assert TokenVerifier((SECRET.encode(),), 3600).verify(from_file.output.strip(), time.time())
     nothing = run(["token"])
     assert nothing.exit_code == 2 and "RTCEDGE_TOKEN_SECRET" in nothing.output
+
+
+def test_regions_come_from_the_environment_space_separated(monkeypatch):
+    for name, value in {
+        "RTCEDGE_KEYRING_JSON": KEYRING,
+        "RTCEDGE_REGIONS": "eu=192.0.2.1:3478,192.0.2.2:3478 us=198.51.100.1:3478",
+        "RTCEDGE_REGION_PREFIXES": "10.0.0.0/8=us 10.1.0.0/16=eu",
+        "RTCEDGE_REGION_HEADER": "X-Region",
+        "RTCEDGE_TRUSTED_PROXIES": "127.0.0.1/32",
+    }.items():
+        monkeypatch.setenv(name, value)
+    params = main.commands["serve"].make_context("serve", BASE[1:]).params
+    table = build_config(params).region_table()
+    eu = (("192.0.2.1", 3478), ("192.0.2.2", 3478), ("127.0.0.1", 3478))
+    assert table.addresses("eu") == eu, "--advertise appended as the backup"
+    assert table.choose(None, "10.1.0.5").region == "eu" and table.choose("us", None).region == "us"
+    monkeypatch.undo()
+    result = run(
+        [*BASE, "--no-backup-candidate"], env={"RTCEDGE_REGIONS": "eu=192.0.2.1:1 EU=192.0.2.2:1"}
+    )
+    assert result.exit_code == 2 and "--region: region 'EU' given twice" in result.output

@@ -33,7 +33,7 @@ class Recorder:
         conn = SharedSocketConnection(
             UFRAG,
             PASSWORD,
-            ADVERTISED,
+            (ADVERTISED,),
             send=lambda data, to: self.sent.append((data, to)),
             on_selected=self.selected.append,
         )
@@ -75,6 +75,32 @@ def test_the_only_local_candidate_is_the_relay_s_address():
         assert candidate.component == 1 and candidate.transport == "udp"
         assert not conn.ice_controlling, "the controlled agent"
         assert (conn.local_username, conn.local_password) == (UFRAG, PASSWORD)
+
+    run(go())
+
+
+def test_several_relay_addresses_are_candidates_of_decreasing_priority_on_one_protocol():
+    """A region's answer: its edges, then the cluster's relay; one virtual transport behind."""
+    edges = [("198.51.100.10", 3478), ("198.51.100.10", 3479), ADVERTISED]
+
+    async def go():
+        recorder = Recorder()
+        conn = SharedSocketConnection(
+            UFRAG, PASSWORD, edges, send=lambda data, to: recorder.sent.append((data, to))
+        )
+        await conn.gather_candidates()
+        candidates = conn.local_candidates
+        assert [(c.host, c.port, c.type) for c in candidates] == [(*a, "host") for a in edges]
+        priorities = [c.priority for c in candidates]
+        assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == 3
+        assert len({c.foundation for c in candidates}) == 3, "a dead edge freezes no backup"
+        assert conn.get_default_candidate(1) is candidates[0], "the c= line: the preferred"
+        assert len(conn._protocols) == 1 and conn.protocol.local_candidate is candidates[0]
+        # A check forwarded by any of the relays is the same session's: answered to its source.
+        check = stun.binding_request(f"{UFRAG}:cli", b"t" * 12, integrity_key=PASSWORD.encode())
+        conn.datagram_received(check, CLIENT)
+        ((answer, to),) = recorder.sent
+        assert to == CLIENT and stun.parse(answer).msg_type == stun.BINDING_SUCCESS
 
     run(go())
 

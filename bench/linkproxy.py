@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
@@ -71,7 +71,6 @@ class LinkProxy:
         self._listen_at = listen
         self.listen: socket.socket | None = None
         self.mappings: dict[Address, Mapping] = {}
-        self._by_fd: dict[int, Mapping] = {}
         self.packets = 0  # datagrams read, both directions
         self.refused_mappings = 0  # datagrams from sources beyond max_mappings
         self.send_errors = 0
@@ -95,15 +94,7 @@ class LinkProxy:
     # -- client -> target ---------------------------------------------------------------------
     def _read_clients(self) -> None:
         assert self.listen is not None and self._loop is not None
-        for _ in range(READS_PER_WAKEUP):
-            try:
-                data, src = self.listen.recvfrom(MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if not self._count():
-                return
+        for data, src in self._received(self.listen):
             mapping = self.mappings.get(src[:2]) or self._new_mapping(src[:2])
             if mapping is None:
                 self.refused_mappings += 1
@@ -125,32 +116,30 @@ class LinkProxy:
             LinkModel(self.down_spec, f"{self.seed}/{self.name}/{n}/down"),
         )
         self.mappings[client] = mapping
-        self._by_fd[sock.fileno()] = mapping
         self._loop.add_reader(sock.fileno(), self._read_target, mapping)
         return mapping
 
     # -- target -> client ---------------------------------------------------------------------
     def _read_target(self, mapping: Mapping) -> None:
         assert self._loop is not None and self.listen is not None
-        for _ in range(READS_PER_WAKEUP):
-            try:
-                data, _src = mapping.sock.recvfrom(MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if not self._count():
-                return
+        for data, _src in self._received(mapping.sock):
             at = mapping.down.schedule(self._loop.time(), len(data))
             if at is not None:
                 self._loop.call_at(at, self._send, self.listen, data, mapping.client)
 
-    def _count(self) -> bool:
-        self.packets += 1
-        if self.packets > self.max_packets:
-            self.close()
-            return False
-        return True
+    def _received(self, sock: socket.socket) -> Iterator[tuple[bytes, Any]]:
+        """What ``sock`` holds, up to READS_PER_WAKEUP datagrams, counted against max_packets
+        (the proxy closes itself past it)."""
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data, src = sock.recvfrom(MAX_DATAGRAM)
+            except OSError:  # BlockingIOError: nothing left; others: closed meanwhile
+                return
+            self.packets += 1
+            if self.packets > self.max_packets:
+                self.close()
+                return
+            yield data, src
 
     def _send(self, sock: socket.socket, data: bytes, to: Address) -> None:
         if self.closed:

@@ -5,13 +5,12 @@ media crossed the emulated link both ways (nothing bypassed it); the rest is for
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.bench_output import assert_quick_run_output
+from tests.support.bench_output import assert_quick_run_output, run_benchmark
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -22,19 +21,10 @@ DIRECTION_FIELDS = {"sent", "received", "loss_pct", "loss_ci95_pct", "mean_delay
 
 
 def test_quick_run_calls_through_the_emulated_links(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.geo", "--quick", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    returncode, stdout, stderr = run_benchmark(
+        "bench.geo", ["--quick", "--out", str(tmp_path)], timeout_s=120
     )
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # SIGTERM: the benchmark stops the processes it started
-        stdout, stderr = proc.communicate(timeout=30)
-        pytest.fail(f"benchmark did not finish in 120 s: {stdout[-2000:]}")
-    assert proc.returncode == 0, stderr[-2000:]
+    assert returncode == 0, stderr[-2000:]
     files = list(tmp_path.glob("geo-*.json"))
     assert len(files) == 1, stdout
     result = json.loads(files[0].read_text())

@@ -4,6 +4,10 @@ what is left, and no PASS/FAIL against an acceptance criterion it cannot meet.""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+
+import pytest
 
 from bench.harness.verdict import QUICK_SKIP
 
@@ -18,3 +22,17 @@ def assert_quick_run_output(stdout: str, steps: int) -> None:
     ], stdout
     assert not any(re.search(r"\b(PASS|FAIL)\b", line) for line in lines), stdout
     assert QUICK_SKIP in stdout, stdout
+
+
+def run_benchmark(module: str, args: list[str], timeout_s: float) -> tuple[int, str, str]:
+    """``python -m MODULE ARGS`` as a child process: (return code, stdout, stderr); stopped by
+    SIGTERM (it stops the processes it started) and failed if it outlives ``timeout_s``."""
+    cmd = [sys.executable, "-m", module, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
+        pytest.fail(f"{module} did not finish in {timeout_s:.0f} s: {stdout[-2000:]}")
+    return proc.returncode, stdout, stderr

@@ -8,7 +8,10 @@ seeded from the proxy's seed and the mapping's number: each source has a path of
 the same parameters, and a run with the same seed and arrival order draws the same fates.
 
 I/O is thin: non-blocking sockets read by the event loop (``add_reader``), a delivery is a
-``loop.call_at`` at the time the model returned, on the loop's clock (``time.monotonic``).
+``loop.call_at`` at the time the model returned, on the loop's clock (``time.monotonic``). The
+loop runs timers late (epoll rounds its timeout up to a whole ms, plus the work of the loop):
+the proxy schedules each delivery early by its running estimate of that lateness (an integral
+controller on the measured error, at most ``MAX_LEAD_S``), so the mean delay is the model's.
 Bounded: at most ``max_mappings`` sources (later ones dropped and counted), ``max_packets``
 datagrams in all, and it closes itself after ``max_seconds``. ``LinkThread`` runs proxies on an
 event loop of their own in a thread, for a caller that blocks (the benchmarks).
@@ -31,6 +34,8 @@ T = TypeVar("T")
 Address = tuple[str, int]
 READS_PER_WAKEUP = 64  # datagrams read per readiness callback, so one socket cannot starve others
 MAX_DATAGRAM = 65535
+MAX_LEAD_S = 0.005  # the most a delivery is scheduled early to make up for the loop's lateness
+LEAD_GAIN = 1 / 64  # of each delivery's error, added to the lead
 
 
 class Mapping:
@@ -74,6 +79,7 @@ class LinkProxy:
         self.packets = 0  # datagrams read, both directions
         self.refused_mappings = 0  # datagrams from sources beyond max_mappings
         self.send_errors = 0
+        self.lead_s = 0.0  # deliveries are scheduled this much early (see the module docstring)
         self.closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_handle: asyncio.TimerHandle | None = None
@@ -101,7 +107,9 @@ class LinkProxy:
                 continue
             at = mapping.up.schedule(self._loop.time(), len(data))
             if at is not None:
-                self._loop.call_at(at, self._send, mapping.sock, data, self.target)
+                self._loop.call_at(
+                    at - self.lead_s, self._send, mapping.sock, data, self.target, at
+                )
 
     def _new_mapping(self, client: Address) -> Mapping | None:
         if len(self.mappings) >= self.max_mappings:
@@ -125,7 +133,9 @@ class LinkProxy:
         for data, _src in self._received(mapping.sock):
             at = mapping.down.schedule(self._loop.time(), len(data))
             if at is not None:
-                self._loop.call_at(at, self._send, self.listen, data, mapping.client)
+                self._loop.call_at(
+                    at - self.lead_s, self._send, self.listen, data, mapping.client, at
+                )
 
     def _received(self, sock: socket.socket) -> Iterator[tuple[bytes, Any]]:
         """What ``sock`` holds, up to READS_PER_WAKEUP datagrams, counted against max_packets
@@ -141,9 +151,12 @@ class LinkProxy:
                 return
             yield data, src
 
-    def _send(self, sock: socket.socket, data: bytes, to: Address) -> None:
+    def _send(self, sock: socket.socket, data: bytes, to: Address, due_s: float) -> None:
         if self.closed:
             return
+        assert self._loop is not None
+        late_s = self._loop.time() - due_s
+        self.lead_s = min(MAX_LEAD_S, max(0.0, self.lead_s + LEAD_GAIN * late_s))
         try:
             sock.sendto(data, to)
         except OSError:
@@ -171,6 +184,7 @@ class LinkProxy:
             "mappings": len(self.mappings),
             "refused_mappings": self.refused_mappings,
             "send_errors": self.send_errors,
+            "lead_ms": 1000 * self.lead_s,
         }
         for direction in ("up", "down"):
             models = [getattr(m, direction) for m in self.mappings.values()]

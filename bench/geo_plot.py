@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from typing import Any
 
@@ -56,7 +57,7 @@ def figure(result: dict[str, Any]) -> Any:
             if values:
                 spread = [x + 0.15 * ((i % 5) - 2) / 2 for i in range(len(values))]
                 ax.scatter(spread, values, s=14, alpha=0.7, color=colour)
-                median = sorted(values)[len(values) // 2]
+                median = statistics.median(values)
                 ax.hlines(median, x - 0.3, x + 0.3, color=colour, linewidth=2)
         ax.set_xticks(range(len(variants)), [v.upper() for v in variants])
         ax.set_xlim(-0.6, len(variants) - 0.4)

@@ -92,6 +92,22 @@ class EchoCall:
         e = self.echo
         return [e.packets_received, e.packets_expected, e.audio_frames, self.tone.frames_sent]
 
+    async def link_stats(self) -> dict[str, float | None]:
+        """RTT and the forward path's jitter from the far end's RTCP receiver reports (aiortc's
+        smoothed RTT from LSR/DLSR), and the echo stream's jitter as this caller measured it."""
+        rtt_s = forward_jitter_s = None
+        for sender in self.pc.getSenders():
+            with contextlib.suppress(Exception):
+                for s in (await sender.getStats()).values():
+                    if s.type == "remote-inbound-rtp":
+                        rtt_s = s.roundTripTime
+                        forward_jitter_s = s.jitter / 48000 if s.jitter is not None else None
+        return {
+            "rtt_s": rtt_s,
+            "forward_jitter_s": forward_jitter_s,
+            "jitter_s": self.echo.jitter_s,
+        }
+
     async def hang_up(self, http: Any, url: str, timeout_s: float) -> None:
         self.hanging_up = True
         try:
@@ -126,7 +142,7 @@ def _since(start: float | None, end: float | None) -> float | None:
 
 class CallerWorker:
     """The worker side of the line protocol: one JSON command per line on stdin, one JSON reply
-    per line on stdout. Commands: connect {url, calls: [[id, hz]...], timeout_s}, mark,
+    per line on stdout. Commands: connect {url, calls: [[id, hz]...], timeout_s}, mark, stats,
     hangup {timeout_s}, exit."""
 
     def __init__(self) -> None:
@@ -156,6 +172,10 @@ class CallerWorker:
         elif kind == "mark":
             counters = {c.id: c.counters() for c in self.calls}
             self.reply({"event": "mark", "t": time.monotonic(), "calls": counters})
+        elif kind == "stats":
+            stats = await asyncio.gather(*(c.link_stats() for c in self.calls))
+            by_id = {c.id: s for c, s in zip(self.calls, stats, strict=True)}
+            self.reply({"event": "stats", "t": time.monotonic(), "calls": by_id})
         elif kind == "hangup":
             await asyncio.gather(
                 *(c.hang_up(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
@@ -279,6 +299,13 @@ def mark(workers: list[WorkerProcess]) -> list[dict[str, Any]]:
     for w in workers:
         w.send({"cmd": "mark"})
     return collect(workers, "mark", 10)
+
+
+def link_stats(workers: list[WorkerProcess]) -> list[dict[str, Any]]:
+    """Every call's RTT and jitter, now (``EchoCall.link_stats``)."""
+    for w in workers:
+        w.send({"cmd": "stats"})
+    return collect(workers, "stats", 10)
 
 
 def hang_up(workers: list[WorkerProcess]) -> list[dict[str, Any]]:

@@ -262,6 +262,8 @@ class EchoCounter:
         self.tone_checks = 0  # from the first echo on
         self.tone_checks_own = 0
         self.first_echo_at: float | None = None  # time.monotonic()
+        self._jitter_units = 0.0  # RFC 3550 interarrival jitter, RTP timestamp units
+        self._last_transit: int | None = None
         self._base_seq: int | None = None
         self._max_seq = 0  # extended (wrap-counted) highest sequence number
         self._decoder = av.CodecContext.create("libopus", "r")
@@ -283,6 +285,11 @@ class EchoCounter:
     def packets_lost(self) -> int:
         return self.packets_expected - self.packets_received
 
+    @property
+    def jitter_s(self) -> float:
+        """Interarrival jitter of the echo stream (RFC 3550 6.4.1), arrival clock in whole ms."""
+        return self._jitter_units / RATE
+
     async def _handle_rtp_packet(self, packet: RtpPacket, arrival_time_ms: int) -> None:
         seq = packet.sequence_number
         if self._base_seq is None:
@@ -292,6 +299,11 @@ class EchoCounter:
             if 0 < delta < 0x8000:  # newer; older or duplicate packets do not move it
                 self._max_seq += delta
         self.packets_received += 1
+        transit = arrival_time_ms * (RATE // 1000) - packet.timestamp
+        if self._last_transit is not None:
+            d = abs(transit - self._last_transit)
+            self._jitter_units += (d - self._jitter_units) / 16
+        self._last_transit = transit
         try:
             frames = self._decoder.decode(av.Packet(packet.payload))
         except av.FFmpegError:

@@ -39,6 +39,7 @@ def test_the_walk_reaches_the_subcommands():
     names = {path for path, _ in ALL}
     assert {"relay serve", "transceiver serve", "transceiver token", "rtcedge up"} <= names
     assert {"rtcedge bench relay", "rtcedge bench sessions", "rtcedge bench recovery"} <= names
+    assert "rtcedge bench geo" in names
 
 
 @pytest.mark.parametrize(("path", "command"), ALL, ids=[path for path, _ in ALL])

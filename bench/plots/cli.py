@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bench.harness.plots import Draw, PlotsUnavailable, write_plot
+from bench.plots.geo import geo_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
 from bench.plots.sessions import sessions_figure
@@ -17,6 +18,7 @@ FIGURES: dict[str, Draw] = {
     "relay_pps": relay_figure,
     "sessions": sessions_figure,
     "recovery": recovery_figure,
+    "geo": geo_figure,
 }
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from bench.harness.verdict import QUICK_SKIP
 
@@ -41,3 +45,17 @@ def assert_png(path: Path) -> None:
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk comes first
     assert width >= 600 and height >= 300, (width, height)
     assert len(data) > MIN_PLOT_BYTES, f"{path}: {len(data)} bytes, a blank canvas?"
+
+
+def run_benchmark(module: str, args: list[str], timeout_s: float) -> tuple[int, str, str]:
+    """``python -m MODULE ARGS`` as a child process: (return code, stdout, stderr); stopped by
+    SIGTERM (it stops the processes it started) and failed if it outlives ``timeout_s``."""
+    cmd = [sys.executable, "-m", module, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
+        pytest.fail(f"{module} did not finish in {timeout_s:.0f} s: {stdout[-2000:]}")
+    return proc.returncode, stdout, stderr

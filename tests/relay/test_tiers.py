@@ -86,9 +86,7 @@ def test_a_hint_for_another_cluster_reaches_its_transceiver_through_the_edge(
         assert edge.metric(PACKETS, peer="transceiver") == 0
         assert cluster_relay.metric(PACKETS, peer="edge") >= 12
         # The edge journals its flow to the route like any other (one confirmed flow).
-        assert wait_for(
-            lambda: edge.metric("rtcedge_relay_flows_active", table="confirmed"), 1
-        )
+        assert wait_for(lambda: edge.metric("rtcedge_relay_flows_active", table="confirmed"), 1)
         assert wait_for(
             lambda: cluster_relay.metric("rtcedge_relay_flows_active", table="peer_confirmed"), 1
         )

@@ -7,9 +7,11 @@ from __future__ import annotations
 import socket
 
 import pytest
+import redis
 
-from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
+from bench.peers import RedisServer, RelayProcess, StandInTransceiver, free_port, hint_request
 from common import encap, stun
+from relay.flows import route_id
 from tests.support.loopback import udp
 from tests.support.waits import wait_for
 
@@ -157,3 +159,36 @@ def test_the_peer_ingress_refuses_sources_outside_its_peer_networks(standin):
         assert stun.parse(reply[offset:]).msg_type == stun.BINDING_SUCCESS
         outsider.close()
         insider.close()
+
+
+def test_an_edge_replaced_with_redis_restores_its_flows_without_a_stun_packet(standin):
+    # One cluster relay worker: the new edge's internal ports hash its datagrams to some worker
+    # of --peer-listen's SO_REUSEPORT group, and peer flows are per worker (docs/relay.md).
+    cluster_relay = RelayProcess(
+        {0: standin.address}, cluster=CLUSTER, workers=1, peer_networks=("127.0.0.0/8",)
+    )
+    with RedisServer() as rds, cluster_relay:
+        redis_args = ["--redis-url", rds.url]
+        first = edge_of(cluster_relay, cluster_relay.peer_address, extra_args=redis_args)
+        client = udp(timeout_s=0.2)
+        with first:
+            assert stun_through(first, client)
+            store = redis.Redis.from_url(rds.url)
+            key = f"rtcedge:{EDGE_CLUSTER}:flow:127.0.0.1:{client.getsockname()[1]}"
+            # The route's target id (65536 + cluster) is what Redis keeps for the edge's flow.
+            assert wait_for(lambda: store.get(key), f"{EDGE_CLUSTER}:{route_id(CLUSTER)}".encode())
+        # A new edge process on the same public port, another internal address, same Redis.
+        second = edge_of(cluster_relay, cluster_relay.peer_address, extra_args=redis_args)
+        second.port = first.port
+        with second:
+            echoed = []
+            for i in range(100):  # RTP every 20 ms until one comes back, at most 2 s
+                client.sendto(b"\x80rtp %d" % i, second.address)
+                try:
+                    echoed.append(client.recv(4096))
+                    break
+                except TimeoutError:
+                    continue
+            assert echoed and echoed[0].startswith(b"T0:\x80rtp"), "recovered without STUN"
+            assert second.metric("rtcedge_relay_flows_restored_total", source="redis") >= 1
+        client.close()

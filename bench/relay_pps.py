@@ -651,32 +651,22 @@ def round_ratios(windows: list[Window], num: str, den: str) -> dict[str, Any]:
     return {"per_round": per_round, "over_saturated_rounds": bool(counted), **spread(basis)}
 
 
+def ratio_criterion(key: str, ratio: dict[str, Any], bound: float) -> dict[str, Any]:
+    """CPU per packet of one variant over another's, at most ``bound`` over saturated rounds."""
+    value = ratio["median"]
+    ok = ratio["n"] > 0 and value <= bound and ratio["over_saturated_rounds"]
+    return {
+        "name": f"cpu per packet {key} <= {bound}",
+        "value": value,
+        "pass": bool(ok),
+        "detail": f"median {value:.3f} over {ratio['n']} rounds"
+        + ("" if ratio["over_saturated_rounds"] else " (forwarders not saturated)"),
+    }
+
+
 def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for key, ratio in result["ratios"].items():
-        value = ratio["median"]
-        ok = ratio["n"] > 0 and value <= CPU_RATIO_MAX and ratio["over_saturated_rounds"]
-        out.append(
-            {
-                "name": f"cpu per packet {key} <= {CPU_RATIO_MAX}",
-                "value": value,
-                "pass": bool(ok),
-                "detail": f"median {value:.3f} over {ratio['n']} rounds"
-                + ("" if ratio["over_saturated_rounds"] else " (forwarders not saturated)"),
-            }
-        )
-    for key, ratio in result.get("tier_ratios", {}).items():
-        value = ratio["median"]
-        ok = ratio["n"] > 0 and value <= TIER_RATIO_MAX and ratio["over_saturated_rounds"]
-        out.append(
-            {
-                "name": f"cpu per packet {key} <= {TIER_RATIO_MAX}",
-                "value": value,
-                "pass": bool(ok),
-                "detail": f"median {value:.3f} over {ratio['n']} rounds"
-                + ("" if ratio["over_saturated_rounds"] else " (forwarders not saturated)"),
-            }
-        )
+    out = [ratio_criterion(k, r, CPU_RATIO_MAX) for k, r in result["ratios"].items()]
+    out += [ratio_criterion(k, r, TIER_RATIO_MAX) for k, r in result.get("tier_ratios", {}).items()]
     paths = result["latency"]["paths"]
     if "relay" in paths and "plain" in paths:
         diff = paths["relay"]["added_p50_us"] - paths["plain"]["added_p50_us"]

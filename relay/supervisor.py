@@ -137,20 +137,29 @@ def claim_port(config: RelayConfig) -> socket.socket | None:
     return None
 
 
+def _udp_socket(family: int, config: RelayConfig, reuseport: bool) -> socket.socket:
+    """A non-blocking UDP socket with the relay's buffers, not bound yet."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    if reuseport:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.setblocking(False)
+    set_buffers(s, config.socket_buffer_bytes)
+    if family == socket.AF_INET:
+        # Don't-fragment: WebRTC keeps datagrams far below any MTU (browsers send <= ~1200 B),
+        # and with DF set the kernel skips IP ID generation per packet.
+        s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    return s
+
+
 def open_peer_sockets(config: RelayConfig) -> list[socket.socket | None]:
     """Per worker, its socket of the --peer-listen SO_REUSEPORT group (None without one)."""
     if config.peer_listen is None:
         return [None] * config.workers
     socks: list[socket.socket | None] = []
     for _ in range(config.workers):
-        s = socket.socket(config.peer_family, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if config.peer_family == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        s.setblocking(False)
-        set_buffers(s, config.socket_buffer_bytes)
-        if s.family == socket.AF_INET:
-            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        s = _udp_socket(config.peer_family, config, reuseport=True)
         try:
             s.bind(config.peer_listen)
         except OSError as exc:
@@ -165,18 +174,8 @@ def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket
     """One (public, internal) pair per worker; errors name the option that caused them."""
     pairs = []
     for i in range(config.workers):
-        pub = socket.socket(config.family, socket.SOCK_DGRAM)
-        pub.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if config.family == socket.AF_INET6:
-            pub.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        internal = socket.socket(config.internal_family, socket.SOCK_DGRAM)
-        for s in (pub, internal):
-            s.setblocking(False)
-            set_buffers(s, config.socket_buffer_bytes)
-            if s.family == socket.AF_INET:
-                # Don't-fragment: WebRTC keeps datagrams far below any MTU (browsers send
-                # <= ~1200 B), and with DF set the kernel skips IP ID generation per packet.
-                s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        pub = _udp_socket(config.family, config, reuseport=True)
+        internal = _udp_socket(config.internal_family, config, reuseport=False)
         try:
             pub.bind(config.listen)
         except OSError as exc:

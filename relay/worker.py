@@ -418,7 +418,6 @@ class Worker:
         data = rb.data
         hl = self.header_len
         verfam = self.header_verfam
-        version = encap.VERSION
         (port_to, port_at, port_len), (addr_to, addr_at, addr_len) = self._address_fields
         sb = self.tx_pub
         snames, stride, siov = sb.names, sb.name_stride, sb.iov
@@ -436,12 +435,9 @@ class Worker:
                 continue
             length = lens[i]
             base = i * SLOT_SIZE
-            if length <= hl or length >= SLOT_SIZE or data[base + MAGIC_OFFSET] != encap.MAGIC:
-                ctr[_DROP["encap_malformed"]] += 1
-                continue
-            got = data[base + VERSION_FAMILY_OFFSET]
-            if got != verfam:
-                ctr[_DROP["wrong_family" if got >> 4 == version else "encap_malformed"]] += 1
+            bad = header_problem(data, base, length, hl, verfam)
+            if bad is not None:
+                ctr[bad] += 1
                 continue
             if data[base + FLAGS_OFFSET]:
                 if target.health is not None and length == hl + PROBE_NONCE_LEN:
@@ -526,7 +522,6 @@ class Worker:
         data = rb.data
         hl = self.header_len
         verfam = self.header_verfam
-        version = encap.VERSION
         (port_to, port_at, port_len), (addr_to, addr_at, addr_len) = self._address_fields
         client = self._client_sockaddr
         from_sockaddr = self.keys.from_sockaddr
@@ -544,12 +539,9 @@ class Worker:
                 continue
             length = lens[i]
             base = i * SLOT_SIZE
-            if length <= hl or length >= SLOT_SIZE or data[base + MAGIC_OFFSET] != encap.MAGIC:
-                ctr[_DROP["encap_malformed"]] += 1
-                continue
-            got = data[base + VERSION_FAMILY_OFFSET]
-            if got != verfam:
-                ctr[_DROP["wrong_family" if got >> 4 == version else "encap_malformed"]] += 1
+            bad = header_problem(data, base, length, hl, verfam)
+            if bad is not None:
+                ctr[bad] += 1
                 continue
             flags = data[base + FLAGS_OFFSET]
             if flags:
@@ -680,6 +672,19 @@ class Worker:
             if mono >= next_tick:
                 self.tick(int(mono))
                 next_tick = mono + 1.0
+
+
+def header_problem(
+    data: memoryview, base: int, length: int, header_len: int, verfam: int
+) -> int | None:
+    """The drop counter of a received encapsulated datagram whose length or header is wrong for
+    this relay (the per-packet paths), or None."""
+    if length <= header_len or length >= SLOT_SIZE or data[base + MAGIC_OFFSET] != encap.MAGIC:
+        return _DROP["encap_malformed"]
+    got = data[base + VERSION_FAMILY_OFFSET]
+    if got != verfam:
+        return _DROP["wrong_family" if got >> 4 == encap.VERSION else "encap_malformed"]
+    return None
 
 
 def _nothing() -> int:

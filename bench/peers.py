@@ -115,10 +115,15 @@ class RelayProcess:
     # SIGTERM to the relay when the thread that started it exits, however (``rtcedge up``):
     # common/lifetime.py. Off by default: the benchmarks start relays from worker threads.
     die_with_parent: bool = False
+    # Relay tiers: cluster id -> relay ingress addresses (``--route``); and, when given, the
+    # edges' networks this relay takes encapsulated datagrams from at ``peer_address``.
+    routes: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    peer_networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.public_host = self.public_host or self.host
         self.port = free_port(self.public_host)
+        self.peer_port = free_port(self.host) if self.peer_networks else 0
         self.internal_base = free_port_range(self.host, self.workers)
         self.metrics_port = free_port(self.host, socket.SOCK_STREAM)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -129,6 +134,11 @@ class RelayProcess:
 
     def internal_address(self, worker: int) -> tuple[str, int]:
         return (self.host, self.internal_base + worker)
+
+    @property
+    def peer_address(self) -> tuple[str, int]:
+        """Where edges send to (``--peer-listen``); only with ``peer_networks``."""
+        return (self.host, self.peer_port)
 
     def command(self) -> list[str]:
         args = [
@@ -154,6 +164,12 @@ class RelayProcess:
             args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
             args += ["--transceiver", f"{tid}={format_host_port(h, p)}"]
+        for cluster, addresses in sorted(self.routes.items()):
+            args += ["--route", f"{cluster}=" + ",".join(format_host_port(*a) for a in addresses)]
+        if self.peer_networks:
+            args += ["--peer-listen", format_host_port(*self.peer_address)]
+            for network in self.peer_networks:
+                args += ["--peer-network", network]
         return args + self.extra_args
 
     def environment(self) -> dict[str, str]:

@@ -7,6 +7,11 @@ against reference forwarders in the same run.
   (`bench/plain_forwarder.py`) and of nginx's stream UDP proxy when present, full relay logic on;
 - the relay's added latency p50 at a moderate fixed rate is within 20 us of the plain forwarder's.
 
+And one of relay tiers (issue 11): a relay forwarding to another relay (variant ``route``: an
+edge relay whose flows go by ``--route`` to a stand-in of another cluster's relay ingress, which
+answers the set-up like a transceiver) costs at most 1.1x the CPU per packet of one forwarding
+to a transceiver (variant ``relay``). ``--tiers-only`` measures just these two.
+
 Method. All traffic is on 127.0.0.1. The relay runs as ``relay serve`` with one worker pinned to
 the first allowed CPU; every reference forwarder is pinned to that same CPU, and this process (the
 generator) and the relay's supervisor to the other one. Client flows (one socket each) first
@@ -71,6 +76,8 @@ HOST = "127.0.0.1"
 THROUGHPUT_TID = 3  # the stand-in transceiver that sinks the throughput flows
 LATENCY_TID = 4  # the socket this process reads for latency pings through the relay
 CPU_RATIO_MAX = 0.7
+TIER_RATIO_MAX = 1.1  # route / relay: forwarding to another relay vs to a transceiver
+ROUTE_CLUSTER = 1  # the cluster the route variant's flows are for (the relay's own is 7)
 ADDED_LATENCY_MAX_US = 20.0
 SATURATED_CPU_FRACTION = 0.9
 # The relay caps pending flows per source /24 (default 64) and every loopback client shares one,
@@ -94,9 +101,10 @@ class BenchConfig:
     out_dir: str = str(RESULTS_DIR)
     nginx: str | None = None
     quick: bool = False  # a smoke test: the criteria are not judged
+    tiers_only: bool = False  # only the relay and route variants, no reference forwarders
 
     def expected_run_s(self) -> float:
-        windows = self.rounds * 3 * (self.window_s + self.warmup_s + 1.0)
+        windows = self.rounds * 4 * (self.window_s + self.warmup_s + 1.0)
         return windows + 4 * (self.latency_s + 1.0) + 30.0
 
 
@@ -234,6 +242,29 @@ def start_relay(
     return relay, standin, lat_sink
 
 
+def start_route_relay(
+    cfg: BenchConfig, stack: contextlib.ExitStack
+) -> tuple[RelayProcess, StandInTransceiver]:
+    """An edge relay with no transceiver, routing ``ROUTE_CLUSTER`` to a stand-in of that
+    cluster's relay ingress (it answers the set-up's Binding requests like a transceiver, then
+    sinks). Started before the generator is pinned, as ``start_relay``."""
+    ingress = stack.enter_context(StandInTransceiver(THROUGHPUT_TID))
+    relay = RelayProcess(
+        {},
+        workers=cfg.workers,
+        pin=True,
+        routes={ROUTE_CLUSTER: [ingress.address]},
+        # Probes go to the sink too: once at start, then rarely (nothing answers them).
+        extra_args=[
+            "--idle-ttl", str(max(45, int(2 * cfg.expected_run_s()))),
+            "--route-probe-interval", "3600",
+        ],
+    )  # fmt: skip
+    stack.callback(relay.stop)
+    relay.start()
+    return relay, ingress
+
+
 def place_generator(relay: RelayProcess, allowed: set[int], notes: list[str]) -> tuple[int, set]:
     """The forwarders' CPU (the first relay worker's) and the generator's (the others)."""
     relay_cpus = cpus_of(relay.worker_pids())
@@ -248,7 +279,11 @@ def place_generator(relay: RelayProcess, allowed: set[int], notes: list[str]) ->
 
 
 def confirm_flows(
-    relay: RelayProcess, socks: list[socket.socket], tid: int, timeout_s: float = 30.0
+    relay: RelayProcess,
+    socks: list[socket.socket],
+    tid: int,
+    timeout_s: float = 30.0,
+    cluster: int | None = None,
 ) -> None:
     """Complete the STUN + hint step for every client socket: send a Binding request carrying a
     signed hint and wait for the Binding success the transceiver returns through the relay (the
@@ -259,7 +294,7 @@ def confirm_flows(
         missed: list[socket.socket] = []
         for i in range(0, len(todo), SETUP_WAVE):
             missed += confirm_wave(
-                relay, todo[i : i + SETUP_WAVE], tid, min(deadline.left_s(), 1.0)
+                relay, todo[i : i + SETUP_WAVE], tid, min(deadline.left_s(), 1.0), cluster
             )
         todo = missed
         if not todo:
@@ -268,13 +303,20 @@ def confirm_flows(
 
 
 def confirm_wave(
-    relay: RelayProcess, wave: list[socket.socket], tid: int, timeout_s: float
+    relay: RelayProcess,
+    wave: list[socket.socket],
+    tid: int,
+    timeout_s: float,
+    cluster: int | None = None,
 ) -> list[socket.socket]:
-    """One wave of ``confirm_flows``; returns the sockets that got no Binding success in time."""
+    """One wave of ``confirm_flows``; returns the sockets that got no Binding success in time.
+    ``cluster``: the hint's (default: the relay's own)."""
     waiting = {s.fileno(): s for s in wave}
     poller = select.poll()
     for s in wave:
-        packet, _ufrag = hint_request(relay.keyring, relay.cluster, tid)
+        packet, _ufrag = hint_request(
+            relay.keyring, relay.cluster if cluster is None else cluster, tid
+        )
         s.sendto(packet, relay.address)
         poller.register(s, select.POLLIN)
     deadline = Deadline.after(timeout_s)
@@ -316,9 +358,7 @@ def confirm_all_flows(
     """The throughput flows, then the stand-in turned into a silent sink, then the latency
     flow; returns the latency flow's client socket."""
     confirm_flows(relay, gen.socks, THROUGHPUT_TID)
-    standin.reading = False
-    time.sleep(0.1)  # let the stand-in's thread leave its last receive
-    standin.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SO_RCVBUF_MIN)
+    silence(standin)
     lat_client = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     lat_client.bind((HOST, 0))
     set_recv_timeout(lat_client, 0.5)
@@ -326,6 +366,13 @@ def confirm_all_flows(
     confirm_latency_flow(relay, lat_client, lat_sink)
     set_recv_timeout(lat_sink, 0.05)
     return lat_client
+
+
+def silence(standin: StandInTransceiver) -> None:
+    """Turn a stand-in that answered the set-up into a sink that costs no CPU."""
+    standin.reading = False
+    time.sleep(0.1)  # let the stand-in's thread leave its last receive
+    standin.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SO_RCVBUF_MIN)
 
 
 @dataclass
@@ -426,9 +473,10 @@ class Rig:
     exit stack tears it down."""
 
     relay: RelayProcess
+    route_relay: RelayProcess
     gen: Generator
     payload: bytes
-    forwarders: list[Forwarder]  # the relay first, then the references
+    forwarders: list[Forwarder]  # the relay first, then the route, then the references
     skipped: dict[str, str]  # a reference that could not run: why
     latency_paths: dict[str, tuple[str, int]]  # "direct" (no forwarder) first
     latency_client: socket.socket
@@ -442,26 +490,41 @@ def set_up(
 ) -> Rig:
     """The relay and its flows, then the references on the relay worker's CPU."""
     relay, standin, lat_sink = start_relay(cfg, stack)
+    route_relay, ingress = start_route_relay(cfg, stack)
     fwd_cpu, gen_cpus = place_generator(relay, allowed, notes)
+    if cpus_of(route_relay.worker_pids()) != cpus_of(relay.worker_pids()):
+        notes.append("the route relay's workers are not on the relay's CPUs")
     payload = rtp_like_payload(cfg.payload_bytes)
     gen = Generator(cfg.flows, payload, cfg.batch_per_send)
     stack.callback(gen.close)
     lat_client = confirm_all_flows(relay, standin, gen, lat_sink, stack)
+    confirm_flows(route_relay, gen.socks, THROUGHPUT_TID, cluster=ROUTE_CLUSTER)
+    silence(ingress)
     echo(
         f"relay: {cfg.workers} worker(s) {relay.worker_pids()} on CPUs "
-        f"{sorted(cpus_of(relay.worker_pids()))}, {cfg.flows} flows confirmed"
+        f"{sorted(cpus_of(relay.worker_pids()))}, {cfg.flows} flows confirmed; route relay "
+        f"{route_relay.worker_pids()} likewise, its flows to cluster {ROUTE_CLUSTER}'s ingress"
     )
     truesize = skb_truesize(cfg.payload_bytes + encap.HEADER_LEN_V4)
     relay_fwd = Forwarder(
         "relay", relay.address, standin.address, truesize, relay.worker_pids, relay
     )
+    route_fwd = Forwarder(
+        "route", route_relay.address, ingress.address, truesize, route_relay.worker_pids,
+        route_relay,
+    )  # fmt: skip
     lat_sink_address = lat_sink.getsockname()[:2]
-    plain = start_plain_reference(cfg, stack, lat_sink_address, fwd_cpu)
     rig = Rig(
-        relay, gen, payload, [relay_fwd, plain.forwarder], {},
-        {"direct": lat_sink_address, "plain": plain.latency_listen, "relay": relay.address},
+        relay, route_relay, gen, payload, [relay_fwd, route_fwd], {},
+        {"direct": lat_sink_address, "relay": relay.address},
         lat_client, lat_sink, fwd_cpu, gen_cpus,
     )  # fmt: skip
+    if cfg.tiers_only:
+        rig.skipped["plain"] = rig.skipped["nginx"] = "--tiers-only"
+        return rig
+    plain = start_plain_reference(cfg, stack, lat_sink_address, fwd_cpu)
+    rig.forwarders.append(plain.forwarder)
+    rig.latency_paths["plain"] = plain.latency_listen
     nginx = start_nginx_reference(cfg, stack, lat_sink_address, (fwd_cpu, gen_cpus), echo)
     if isinstance(nginx, str):
         rig.skipped["nginx"] = nginx
@@ -482,6 +545,7 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
         # the forwarders' CPU.
         pin_process(os.getpid(), rig.gen_cpus)
         pin_process(rig.relay.proc.pid, rig.gen_cpus)  # type: ignore[union-attr]
+        pin_process(rig.route_relay.proc.pid, rig.gen_cpus)  # type: ignore[union-attr]
         window_s = cfg.warmup_s + cfg.window_s + 0.2
         progress = Progress(
             [window_s] * (cfg.rounds * len(rig.forwarders))
@@ -541,8 +605,9 @@ def add_figures(
         }
     result["variants"].update({name: {"skipped": why} for name, why in rig.skipped.items()})
     result["ratios"] = {
-        f"relay/{f.name}": round_ratios(windows, "relay", f.name) for f in rig.forwarders[1:]
+        f"relay/{f.name}": round_ratios(windows, "relay", f.name) for f in rig.forwarders[2:]
     }
+    result["tier_ratios"] = {"route/relay": round_ratios(windows, "route", "relay")}
     result["latency"] = {
         "rate_pps": cfg.latency_rate_pps,
         "seconds": cfg.latency_s,
@@ -595,6 +660,18 @@ def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": f"cpu per packet {key} <= {CPU_RATIO_MAX}",
+                "value": value,
+                "pass": bool(ok),
+                "detail": f"median {value:.3f} over {ratio['n']} rounds"
+                + ("" if ratio["over_saturated_rounds"] else " (forwarders not saturated)"),
+            }
+        )
+    for key, ratio in result.get("tier_ratios", {}).items():
+        value = ratio["median"]
+        ok = ratio["n"] > 0 and value <= TIER_RATIO_MAX and ratio["over_saturated_rounds"]
+        out.append(
+            {
+                "name": f"cpu per packet {key} <= {TIER_RATIO_MAX}",
                 "value": value,
                 "pass": bool(ok),
                 "detail": f"median {value:.3f} over {ratio['n']} rounds"
@@ -660,7 +737,7 @@ def print_throughput(result: dict[str, Any], echo: Echo) -> None:
             f"{100 * s['cpu_fraction']['median']:6.1f} "
             f"{s['saturated_rounds']:>5}/{s['rounds']}"
         )
-    for key, ratio in result["ratios"].items():
+    for key, ratio in {**result["ratios"], **result.get("tier_ratios", {})}.items():
         note = "" if ratio["over_saturated_rounds"] else "  (not all windows saturated)"
         echo(f"CPU per packet {key}: {fmt_spread(ratio, '{:.3f}')}{note}")
 
@@ -687,8 +764,9 @@ Examples:
   rtcedge bench relay                       # 5 interleaved rounds of 3 s, then latency
   rtcedge bench relay --quick               # smoke test: 2 rounds of 1 s
   rtcedge bench relay --nginx /usr/sbin/nginx --rounds 7
+  rtcedge bench relay --tiers-only          # relay -> relay (route) vs relay -> transceiver
 \b
-Prints a line per window as it goes, then a table and PASS/FAIL for its two acceptance criteria
+Prints a line per window as it goes, then a table and PASS/FAIL for its acceptance criteria
 (a --quick run does not judge them), writes the JSON result, and exits 0 whatever the figures
 are. nginx (with its stream module) is an optional second reference: skipped when absent.
 """
@@ -759,6 +837,12 @@ are. nginx (with its stream module) is an optional second reference: skipped whe
 @out_option
 @click.option("--nginx", default=None, help="nginx binary [default: nginx on PATH, if any].")
 @click.option("--quick", is_flag=True, help="2 rounds of 1 s: a smoke test, not a measurement.")
+@click.option(
+    "--tiers-only",
+    is_flag=True,
+    help="Only the relay and route variants (a relay forwarding to a transceiver vs to another "
+    "relay), no reference forwarders.",
+)
 def relay_bench(
     rounds: int,
     seconds: float,
@@ -772,6 +856,7 @@ def relay_bench(
     out_dir: str,
     nginx: str | None,
     quick: bool,
+    tiers_only: bool,
 ) -> None:
     """Packets/s, CPU per packet and added latency of the relay vs reference forwarders."""
     if flows is None:
@@ -794,6 +879,7 @@ def relay_bench(
         out_dir=out_dir,
         nginx=nginx,
         quick=quick,
+        tiers_only=tiers_only,
     )
     run_and_report("relay_pps", lambda: run(cfg), print_report, cfg.out_dir, relay_figure)
 

@@ -9,7 +9,11 @@ address is always the client's, in both directions. Layout (big-endian):
 
 then the original payload. 0xFF is outside every RFC 7983 range, so an encapsulated datagram can
 never be taken for STUN, DTLS or SRTP. The hop limit bounds relay tiers (edge relay -> cluster relay
--> transceiver): a relay forwarding to another relay decrements it and drops at zero.
+-> transceiver): a relay receiving from another relay decrements it and drops at zero.
+
+Flags: ``FLAG_PROBE`` marks a liveness probe one relay sends another's peer ingress (a header
+with an all-zero client address, then a ``PROBE_NONCE_LEN``-byte nonce); the answer is the same
+bytes with ``FLAG_PROBE_REPLY`` instead (same size: no amplification). Media never sets a flag.
 
 The layout is defined once, as the offsets below; every reader and writer derives from them. The
 relay never calls a function of this module per packet: it writes a flow's header once with
@@ -27,6 +31,8 @@ __all__ = [
     "ADDRESS_OFFSET",
     "DEFAULT_HOP_LIMIT",
     "FLAGS_OFFSET",
+    "FLAG_PROBE",
+    "FLAG_PROBE_REPLY",
     "HEADER_LEN",
     "HEADER_LEN_V4",
     "HEADER_LEN_V6",
@@ -35,6 +41,7 @@ __all__ = [
     "MAGIC_OFFSET",
     "PORT_LEN",
     "PORT_OFFSET",
+    "PROBE_NONCE_LEN",
     "VERSION",
     "VERSION_FAMILY",
     "VERSION_FAMILY_OFFSET",
@@ -45,11 +52,15 @@ __all__ = [
     "encapsulate",
     "encode_header",
     "encode_header_packed",
+    "probe",
 ]
 
 MAGIC = 0xFF
 VERSION = 1
 DEFAULT_HOP_LIMIT = 4
+FLAG_PROBE = 0x01
+FLAG_PROBE_REPLY = 0x02
+PROBE_NONCE_LEN = 8
 
 # The layout: byte offset (and length) of each field; the family is 4 or 6, as in the header.
 MAGIC_OFFSET = 0
@@ -144,7 +155,7 @@ def decode_packed(buf: bytes | bytearray | memoryview) -> tuple[int, bytes, int,
     """(family, packed client IP, client port, hop limit, payload offset): per packet, so no
     ipaddress objects.
 
-    Flags are not returned: version 1 defines none, and the relay forwards headers it rewrites.
+    Flags are not returned: only relays probing each other set them, never on media.
     """
     n = len(buf)
     if n < ADDRESS_OFFSET:
@@ -170,3 +181,10 @@ def decode_header(buf: bytes | bytearray | memoryview) -> tuple[EncapHeader, int
     family, packed_ip, port, hop_limit, offset = decode_packed(buf)
     address = str(ipaddress.ip_address(packed_ip))
     return EncapHeader(family, hop_limit, buf[FLAGS_OFFSET], address, port), offset
+
+
+def probe(family: int, nonce: bytes, flags: int = FLAG_PROBE) -> bytes:
+    """A liveness probe between relays (or, with ``FLAG_PROBE_REPLY``, its answer)."""
+    if len(nonce) != PROBE_NONCE_LEN:
+        raise EncapError(f"a probe nonce is {PROBE_NONCE_LEN} bytes")
+    return encode_header_packed(family, bytes(ADDRESS_LEN[family]), 0, flags=flags) + nonce

@@ -13,11 +13,15 @@ least trusting first (docs/relay.md, "Packets"):
 5. a well-formed, fingerprinted Binding request with a USERNAME -> ``stun_malformed``
 6. USERNAME is "<server ufrag>:<client ufrag>"                  -> ``bad_username``
 7. the server ufrag is a valid hint (common.hint)               -> ``hint_<reason>``
-8. for this cluster                                             -> ``wrong_cluster``
-9. naming an allowlisted transceiver                            -> ``unknown_transceiver``
+8. for this cluster, or another one with a route (--route)     -> ``unknown_cluster``
+9. naming an allowlisted transceiver (this cluster)             -> ``unknown_transceiver``
 10. the flow table's limits for new pending flows (relay.flows) -> ``pending_ufrag_limit``
 
-An accepted datagram has made (or kept) a pending flow and is forwarded to the returned target.
+Steps 5-9 (``hint_target``) are shared with the peer ingress of a cluster relay
+(relay.peerflows): a datagram an edge relays without a flow is judged by the same rule.
+
+An accepted datagram has made (or kept) a pending flow and is forwarded to the returned target
+(a transceiver, or a route to another cluster's relays).
 Sans-I/O: a decision over bytes, a flow key and the time passed in; its state is the objects it
 is given (the first-packet budget and the flow table change as it decides). The worker counts
 the reason it returns.
@@ -85,27 +89,40 @@ class Admission:
         budgets = self.first_packets
         if not budgets.allow(prefix, now):
             return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
-        try:
-            username = binding_request_username(datagram)
-        except StunError:
-            return "stun_malformed"
-        try:
-            ufrag = server_ufrag(username)
-        except StunError:
-            return "bad_username"
-        verifier = self.routing.verifier
-        assert verifier is not None, "no routing configuration applied yet"
-        try:
-            hint = verifier.verify(ufrag, unix_now)
-        except HintError as exc:
-            return "hint_" + exc.reason
-        if hint.cluster != self.cluster:
-            return "wrong_cluster"
-        target = self.routing.targets.get(hint.transceiver_id)
-        if target is None:
-            return "unknown_transceiver"
+        decided = hint_target(datagram, self.routing, self.cluster, unix_now)
+        if isinstance(decided, str):
+            return decided
+        target, ufrag = decided
         try:
             self.flows.admit(key, prefix, ufrag, target.tid, now)
         except FlowLimitError as exc:
             return exc.reason
         return target
+
+
+def hint_target(
+    datagram: bytes | memoryview, routing: Routing, cluster: int, unix_now: float
+) -> tuple[Target, str] | str:
+    """The target a Binding request's hint names, with the hint (the server ufrag), or why
+    not (a drop reason): steps 5-9 of the module docstring."""
+    try:
+        username = binding_request_username(datagram)
+    except StunError:
+        return "stun_malformed"
+    try:
+        ufrag = server_ufrag(username)
+    except StunError:
+        return "bad_username"
+    verifier = routing.verifier
+    assert verifier is not None, "no routing configuration applied yet"
+    try:
+        hint = verifier.verify(ufrag, unix_now)
+    except HintError as exc:
+        return "hint_" + exc.reason
+    if hint.cluster != cluster:
+        route = routing.routes.get(hint.cluster)
+        return "unknown_cluster" if route is None else (route, ufrag)
+    target = routing.targets.get(hint.transceiver_id)
+    if target is None:
+        return "unknown_transceiver"
+    return target, ufrag

@@ -87,4 +87,21 @@ def load_routing(config: RelayConfig, resolver: AllowlistResolver, now: float) -
     missing = sorted(set(config.transceivers) - set(transceivers))
     if missing:
         raise ConfigError("--transceiver", f"cannot resolve transceiver ids {missing}")
-    return RoutingConfig(keyring=keyring, transceivers=transceivers)
+    return RoutingConfig(keyring=keyring, transceivers=transceivers, routes=resolve_routes(config))
+
+
+def resolve_routes(
+    config: RelayConfig, resolver: Resolver = resolve_literal
+) -> dict[int, tuple[tuple[str, int], ...]]:
+    """The --route addresses as literals (at start and on SIGHUP; a name that does not resolve
+    is a configuration error, the previous configuration stays on a reload)."""
+    routes = {}
+    for cluster, addresses in config.routes.items():
+        resolved = []
+        for host, port in addresses:
+            try:
+                resolved.append((resolver(host, port, config.internal_family), port))
+            except OSError as exc:
+                raise ConfigError("--route", f"cannot resolve {host}: {exc}") from None
+        routes[cluster] = tuple(resolved)
+    return routes

@@ -19,6 +19,7 @@ from relay.config import (
     RelayConfig,
     parse_id_range,
     parse_networks,
+    parse_route,
     parse_transceiver,
     redis_password,
 )
@@ -42,6 +43,12 @@ Examples:
 \b
   # clients on a private network (on premises, VPN): allow it past the built-in denials
   relay serve ... --allow-network 10.20.0.0/16
+\b
+  # an edge relay (no transceivers): cluster 1's relays, the second as a backup
+  relay serve --cluster 9 --route 1=10.1.0.5:3479,10.1.0.6:3479 ...
+\b
+  # a cluster relay that also takes media from edges on 10.0.0.0/8
+  relay serve --cluster 1 --peer-listen 10.1.0.5:3479 --peer-network 10.0.0.0/8 ...
 \b
 Every option can also be set by the environment variable shown in brackets.
 SIGHUP reloads the keyring and the allowlist; SIGTERM stops.
@@ -84,7 +91,8 @@ def main() -> None:
     type=int,
     default=0,
     show_default=True,
-    help="This relay's cluster id (0-255); hints for other clusters are dropped.",
+    help="This relay's cluster id (0-255); hints for other clusters go to their --route, or "
+    "are dropped (unknown_cluster).",
 )
 @env_option(
     "--keyring",
@@ -320,6 +328,48 @@ def main() -> None:
     "that relay (SO_REUSEPORT) until it stops: for a restart of the same deployment. Without "
     "it a relay refuses a port another relay holds, naming its pid.",
 )
+@env_option(
+    "--route",
+    "routes",
+    env="ROUTES",
+    multiple=True,
+    help="CLUSTER=HOST:PORT[,HOST:PORT...]: forward hints for another cluster to its relays' "
+    "--peer-listen addresses, most preferred first (failover by probes). Repeatable; env: "
+    "space separated. With a route, --transceiver is optional (an edge relay).",
+)
+@env_option(
+    "--route-probe-interval",
+    env="ROUTE_PROBE_INTERVAL",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between probes of each route address; one is down after 3 unanswered "
+    "probes, up again on one answer.",
+)
+@env_option(
+    "--peer-listen",
+    env="PEER_LISTEN",
+    default=None,
+    help="HOST:PORT where this relay takes encapsulated datagrams from edge relays (the "
+    "address their --route names; replies leave from it). Needs --peer-network.",
+)
+@env_option(
+    "--peer-network",
+    "peer_networks",
+    env="PEER_NETWORKS",
+    multiple=True,
+    help="CIDR of edge relays --peer-listen accepts; other sources are dropped (peer_denied). "
+    "Repeatable; env: comma separated.",
+)
+@env_option(
+    "--peer-path-ttl",
+    env="PEER_PATH_TTL",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Seconds replies for a client go back through the edge it last came through; after "
+    "that without a packet from that edge they go to the client directly.",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
@@ -349,6 +399,14 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
             if tid in transceivers:
                 raise ConfigError("--transceiver", f"transceiver id {tid} given twice")
             transceivers[tid] = addr
+    routes: dict[int, tuple[tuple[str, int], ...]] = {}
+    for spec in opts.get("routes") or ():
+        for item in str(spec).split():
+            cluster, addresses = parse_route("--route", item)
+            if cluster in routes:
+                raise ConfigError("--route", f"cluster {cluster} given twice")
+            routes[cluster] = addresses
+    peer_listen = opts.get("peer_listen")
     metrics = str(opts["metrics"])
     ids = opts["transceiver_ids"]
     return RelayConfig(
@@ -392,4 +450,9 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         + parse_networks("--deny-network", opts["deny_networks"] or ()),
         allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
         takeover=bool(opts["takeover"]),
+        routes=routes,
+        route_probe_interval_s=float(opts.get("route_probe_interval", 1.0)),
+        peer_listen=parse_host_port("--peer-listen", str(peer_listen)) if peer_listen else None,
+        peer_networks=parse_networks("--peer-network", opts.get("peer_networks") or ()),
+        peer_path_ttl_s=int(opts.get("peer_path_ttl", 10)),
     ).validate()

@@ -31,6 +31,23 @@ def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
     return tid, parse_host_port(option, addr)
 
 
+def parse_route(option: str, text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """'CLUSTER=HOST:PORT[,HOST:PORT...]' -> (cluster, addresses in order of preference)."""
+    ident, sep, rest = text.partition("=")
+    if not sep or not rest:
+        raise ConfigError(option, f"expected CLUSTER=HOST:PORT[,HOST:PORT...], got {text!r}")
+    try:
+        cluster = int(ident)
+    except ValueError:
+        raise ConfigError(option, f"cluster id must be a number, got {ident!r}") from None
+    if not 0 <= cluster <= 255:
+        raise ConfigError(option, f"cluster id {cluster} out of range 0..255")
+    addresses = tuple(parse_host_port(option, a) for a in rest.split(",") if a)
+    if len(set(addresses)) != len(addresses):
+        raise ConfigError(option, f"an address is given twice in {text!r}")
+    return cluster, addresses
+
+
 def parse_id_range(option: str, text: str) -> tuple[int, ...]:
     """'0-15' or '0,1,5-7' -> the ids, for expanding a DNS template."""
     ids: list[int] = []
@@ -118,6 +135,15 @@ class RelayConfig:
     # Start even though another live relay holds the public port's claim (relay.portclaim):
     # a restart of the same deployment, which shares the SO_REUSEPORT group on purpose.
     takeover: bool = False
+    # Relay tiers. routes: cluster id -> that cluster's relay ingresses, most preferred first
+    # (an edge forwards hints for that cluster there, from its internal sockets).
+    routes: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    route_probe_interval_s: float = 1.0
+    # This relay's ingress for other relays (edges) and the only sources it accepts there.
+    peer_listen: tuple[str, int] | None = None
+    peer_networks: tuple[Network, ...] = ()
+    # A peer flow sends replies back through its edge while the edge was heard this recently.
+    peer_path_ttl_s: int = 10
 
     @property
     def family(self) -> int:
@@ -126,6 +152,11 @@ class RelayConfig:
     @property
     def internal_family(self) -> int:
         return address_family("--internal", self.internal_host)
+
+    @property
+    def peer_family(self) -> int:
+        assert self.peer_listen is not None
+        return address_family("--peer-listen", self.peer_listen[0])
 
     def validate(self) -> RelayConfig:
         """Raise ConfigError for the first invalid option; returns self for chaining."""
@@ -141,10 +172,13 @@ class RelayConfig:
             raise ConfigError("--cluster", f"must be 0..255, got {self.cluster}")
         if bool(self.keyring_path) == bool(self.keyring_json):
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
-        if not self.transceivers and not self.transceiver_dns:
+        if not self.transceivers and not self.transceiver_dns and not self.routes:
             raise ConfigError(
-                "--transceiver", "give at least one --transceiver or --transceiver-dns"
+                "--transceiver",
+                "give at least one --transceiver or --transceiver-dns (or, for an edge relay "
+                "without transceivers, a --route)",
             )
+        self._validate_tiers()
         if self.transceiver_dns:
             if "{id}" not in self.transceiver_dns:
                 raise ConfigError("--transceiver-dns", "the template must contain {id}")
@@ -190,3 +224,38 @@ class RelayConfig:
                 "--idle-ttl", "must be at least 4 s (ICE consent checks come every ~5 s)"
             )
         return self
+
+    def _validate_tiers(self) -> None:
+        if self.cluster in self.routes:
+            raise ConfigError(
+                "--route",
+                f"cluster {self.cluster} is this relay's own --cluster: its hints go to its "
+                "transceivers, not to a route",
+            )
+        for cluster, addresses in self.routes.items():
+            if not addresses:
+                raise ConfigError("--route", f"cluster {cluster} has no address")
+            for host, _ in addresses:
+                if address_family("--route", host) != self.internal_family:
+                    raise ConfigError(
+                        "--route",
+                        f"{host} is not of --internal's address family: routes are sent from "
+                        "the internal sockets",
+                    )
+        if self.route_probe_interval_s <= 0:
+            raise ConfigError("--route-probe-interval", "must be > 0")
+        if self.peer_path_ttl_s <= 0:
+            raise ConfigError("--peer-path-ttl", "must be > 0")
+        if self.peer_listen is None:
+            if self.peer_networks:
+                raise ConfigError("--peer-network", "has no effect without --peer-listen")
+            return
+        self.peer_family  # noqa: B018 - raises for a non-literal
+        if not self.peer_networks:
+            raise ConfigError(
+                "--peer-network",
+                "required with --peer-listen: the networks of the edge relays allowed to send "
+                "to it (everything else is dropped as peer_denied)",
+            )
+        if self.peer_listen == self.listen:
+            raise ConfigError("--peer-listen", "must differ from --listen")

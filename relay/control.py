@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.hint import Keyring
 
@@ -21,15 +21,18 @@ _HEAD = struct.Struct("<QI")  # sequence (odd while writing), payload length
 
 @dataclass(frozen=True, slots=True)
 class RoutingConfig:
-    """What a worker needs to route: the keyring and transceiver id -> (host, port)."""
+    """What a worker needs to route: the keyring, transceiver id -> (host, port), and cluster
+    id -> the (host, port) of that cluster's relay ingresses, most preferred first (--route)."""
 
     keyring: Keyring
     transceivers: dict[int, tuple[str, int]]
+    routes: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         doc = {
             "keyring": json.loads(self.keyring.to_json()),
             "transceivers": {str(k): [h, p] for k, (h, p) in sorted(self.transceivers.items())},
+            "routes": {str(c): [[h, p] for h, p in a] for c, a in sorted(self.routes.items())},
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -39,6 +42,9 @@ class RoutingConfig:
         return cls(
             keyring=Keyring.from_json(json.dumps(doc["keyring"])),
             transceivers={int(k): (h, int(p)) for k, (h, p) in doc["transceivers"].items()},
+            routes={
+                int(c): tuple((h, int(p)) for h, p in a) for c, a in doc.get("routes", {}).items()
+            },
         )
 
 

@@ -16,6 +16,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from relay.flows import EVICTIONS
 
 DIRECTIONS = ("client_to_transceiver", "transceiver_to_client")
+# The ``peer`` label of the packet and byte counters: whom a worker exchanged the packets with
+# on its internal side. Bounded: this relay's transceivers, the edges at its peer ingress, and
+# one value per configured route (another cluster's relays).
+PEER_TRANSCEIVER, PEER_EDGE, PEER_ROUTES = 0, 1, 2  # + cluster id for a route
+PEER_SLOTS = PEER_ROUTES + 256
+
+
+def peer_label(index: int) -> str:
+    if index == PEER_TRANSCEIVER:
+        return "transceiver"
+    if index == PEER_EDGE:
+        return "edge"
+    return f"cluster_{index - PEER_ROUTES}"
+
 
 DROP_REASONS = (
     "no_flow",  # non-STUN packet from a client without a flow
@@ -32,22 +46,29 @@ DROP_REASONS = (
     "hint_bad_tag",
     "hint_expired",
     "hint_future",
-    "wrong_cluster",
+    "unknown_cluster",  # the hint names another cluster, and no --route leads there
     "unknown_transceiver",  # transceiver id not in the allowlist
     "pending_ufrag_limit",  # the hint's budget of new pending flows is spent
     "unknown_peer",  # internal packet from an address outside the allowlist
     "encap_malformed",
     "wrong_family",  # encapsulated client address of the other IP family
     "send_error",
+    "hop_limit",  # an encapsulated datagram from another relay whose hop limit ran out (a loop)
+    "peer_denied",  # a datagram at --peer-listen from a source outside every --peer-network
 )
 DROP_INDEX = {reason: i for i, reason in enumerate(DROP_REASONS)}
 
 # Upper bounds of the receive-batch histogram buckets (packets per recvmmsg call).
 BATCH_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-PACKETS = 0  # + direction index
-BYTES = 2  # + direction index
-DROPS = 4  # + DROP_INDEX[reason]
+# Per peer index p (above): packets at TRAFFIC + 4p + direction, bytes at TRAFFIC + 4p + 2 +
+# direction. PACKETS and BYTES are the transceivers' (the direct tier).
+TRAFFIC = 0
+PACKETS = TRAFFIC + 4 * PEER_TRANSCEIVER  # + direction index
+BYTES = PACKETS + 2  # + direction index
+PACKETS_OF = tuple(TRAFFIC + 4 * p for p in range(PEER_SLOTS))  # + direction index
+BYTES_OF = tuple(TRAFFIC + 4 * p + 2 for p in range(PEER_SLOTS))  # + direction index
+DROPS = TRAFFIC + 4 * PEER_SLOTS  # + DROP_INDEX[reason]
 _after_drops = DROPS + len(DROP_REASONS)
 FLOWS_CREATED_PENDING = _after_drops
 FLOWS_CREATED_CONFIRMED = _after_drops + 1
@@ -70,7 +91,10 @@ REDIS_RESULTS = (
     ("any", "dropped"),
 )
 FLOWS_EVICTED = REDIS_OPS + len(REDIS_RESULTS)  # + index in relay.flows.EVICTIONS
-SLOTS = FLOWS_EVICTED + len(EVICTIONS)
+PEER_FLOWS = FLOWS_EVICTED + len(EVICTIONS)  # + index in PEER_FLOW_STATS
+PEER_FLOW_STATS = ("created", "expired", "evicted", "active_pending", "active_confirmed")
+ROUTE_FAILOVERS = PEER_FLOWS + len(PEER_FLOW_STATS)
+SLOTS = ROUTE_FAILOVERS + 1
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -98,20 +122,25 @@ class CounterArea:
 class RelayCollector:
     """prometheus_client collector that reads the shared counters at scrape time."""
 
-    def __init__(self, area: CounterArea, supervisor_state: object) -> None:
+    def __init__(
+        self, area: CounterArea, supervisor_state: object, peers: tuple[int, ...] = (0,)
+    ) -> None:
         self.area = area
         self.state = supervisor_state
+        self.peers = peers  # the peer indexes this relay's configuration can count
 
     def collect(self) -> Iterator:
         area = self.area
         workers = [str(w) for w in range(area.workers)]
         packets = CounterMetricFamily(
-            "rtcedge_relay_packets", "Packets forwarded.", labels=["worker", "direction"]
+            "rtcedge_relay_packets",
+            "Packets forwarded, by the internal peer: transceiver, edge, cluster_<id> (a route).",
+            labels=["worker", "direction", "peer"],
         )
         octets = CounterMetricFamily(
             "rtcedge_relay_bytes",
             "Payload bytes forwarded (encapsulation header excluded).",
-            labels=["worker", "direction"],
+            labels=["worker", "direction", "peer"],
         )
         drops = CounterMetricFamily(
             "rtcedge_relay_dropped_packets",
@@ -142,6 +171,11 @@ class RelayCollector:
         active = GaugeMetricFamily(
             "rtcedge_relay_flows_active", "Flows in the tables now.", labels=["worker", "table"]
         )
+        failovers = CounterMetricFamily(
+            "rtcedge_relay_route_failovers",
+            "Times a route moved to another of its cluster's relay addresses (probes).",
+            labels=["worker"],
+        )
         batch = HistogramMetricFamily(
             "rtcedge_relay_receive_batch_packets",
             "Datagrams returned per recvmmsg call.",
@@ -149,15 +183,23 @@ class RelayCollector:
         )
         for w, name in enumerate(workers):
             b = area.block(w)
-            for d, direction in enumerate(DIRECTIONS):
-                packets.add_metric([name, direction], b[PACKETS + d])
-                octets.add_metric([name, direction], b[BYTES + d])
+            for p in self.peers:
+                label = peer_label(p)
+                for d, direction in enumerate(DIRECTIONS):
+                    packets.add_metric([name, direction, label], b[PACKETS_OF[p] + d])
+                    octets.add_metric([name, direction, label], b[BYTES_OF[p] + d])
             for r, reason in enumerate(DROP_REASONS):
                 drops.add_metric([name, reason], b[DROPS + r])
             created.add_metric([name, "pending"], b[FLOWS_CREATED_PENDING])
             created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
+            created.add_metric([name, "peer"], b[PEER_FLOWS])
             expired.add_metric([name, "pending"], b[FLOWS_EXPIRED_PENDING])
             expired.add_metric([name, "confirmed"], b[FLOWS_EXPIRED_CONFIRMED])
+            expired.add_metric([name, "peer"], b[PEER_FLOWS + 1])
+            evicted.add_metric([name, "peer", "worker"], b[PEER_FLOWS + 2])
+            active.add_metric([name, "peer_pending"], b[PEER_FLOWS + 3])
+            active.add_metric([name, "peer_confirmed"], b[PEER_FLOWS + 4])
+            failovers.add_metric([name], b[ROUTE_FAILOVERS])
             restored.add_metric([name, "journal"], b[FLOWS_RESTORED])
             restored.add_metric([name, "redis"], b[FLOWS_RESTORED_REDIS])
             for i, (op, result) in enumerate(REDIS_RESULTS):
@@ -173,5 +215,5 @@ class RelayCollector:
             batch.add_metric([name], buckets, b[BATCH_SUM])
             b.release()
         yield from (packets, octets, drops, created, expired, evicted, restored, redis_ops)
-        yield from (active, batch)
+        yield from (active, batch, failovers)
         yield from self.state.metrics()  # type: ignore[attr-defined]

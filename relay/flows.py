@@ -26,7 +26,9 @@ Two tables (docs/design.md):
     transceiver answers checks from ever new addresses; a session has ~4 addresses at most (NAT
     rebinding, a network change), so the default 8 leaves room;
   - per transceiver: every session of one transceiver together (or a transceiver gone wrong);
-    ~20-30 sessions of up to ~4 addresses each, default 1024 per worker;
+    ~20-30 sessions of up to ~4 addresses each, default 1024 per worker. Not for a route (an
+    edge's flows to another cluster's relays, ``ROUTE_ID_BASE`` and up): that cluster's
+    transceivers together have no such bound here, only the per-hint and per-worker caps;
   - per worker: everything, the table's memory (65536).
   A full scope never refuses the newcomer, which would lock every new call out: it evicts the
   flow of that scope idle longest. A flow confirmed without a pending one (restored from the
@@ -48,6 +50,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.ratelimit import KeyedBuckets
+
+# Target ids of routes (relay.routing: another cluster's relays) are ROUTE_ID_BASE + cluster,
+# apart from transceiver ids (0..0xFFFF), so the journal, Redis and the caps tell them apart.
+ROUTE_ID_BASE = 0x10000
+
+
+def route_id(cluster: int) -> int:
+    return ROUTE_ID_BASE + cluster
+
 
 # (table, scope) of every eviction counter: bounded label values for the metric.
 EVICTIONS = (
@@ -319,7 +330,11 @@ class FlowTable:
         self._unlink(key, flow)
         evicted = []
         same = self._confirmed_of_target.get(target_id)
-        if same is not None and len(same) >= self.limits.max_flows_per_transceiver:
+        if (
+            same is not None
+            and target_id < ROUTE_ID_BASE
+            and len(same) >= self.limits.max_flows_per_transceiver
+        ):
             evicted.append(self._evict(next(iter(same)), "transceiver"))
         flow.target_id = target_id
         flow.ufrag = None
@@ -338,7 +353,11 @@ class FlowTable:
                 idlest = min(same_hint, key=lambda k: same_hint[k].last_seen)
                 evicted.append(self._evict(idlest, "hint"))
         same_target = self._confirmed_of_target.get(target_id)
-        if same_target is not None and len(same_target) >= lim.max_flows_per_transceiver:
+        if (
+            same_target is not None
+            and target_id < ROUTE_ID_BASE
+            and len(same_target) >= lim.max_flows_per_transceiver
+        ):
             evicted.append(self._evict(next(iter(same_target)), "transceiver"))
         if len(self.confirmed) >= lim.max_confirmed_flows:
             evicted.append(self._evict(next(iter(self.confirmed)), "worker"))

@@ -26,6 +26,7 @@ from relay.flowcache import RedisFlowCache
 from relay.flows import EVICTIONS, ConfirmedFlow, FlowTable
 from relay.headers import FlowHeaders
 from relay.journal import FlowJournal
+from relay.peerflows import PeerFlowTable
 from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing, Target
@@ -60,6 +61,7 @@ class Housekeeping:
         self.ctr = counters
         self.refreshed: set[Hashable] = set()  # clients a transceiver sent to since the last tick
         self.cache: RedisFlowCache | None = None  # started in start(), after the fork
+        self.peer_flows: PeerFlowTable | None = None  # a cluster relay's (relay.peerflows)
         self.generation = -1
         self.serving = False
         self._next_confirmed_sweep = 0
@@ -97,6 +99,8 @@ class Housekeeping:
     def apply_routing(self, config: RoutingConfig) -> None:
         for tid in self.routing.apply(config):
             self._free(self.flows.remove_target(tid))
+            if self.peer_flows is not None:
+                self.peer_flows.remove_target(tid)
 
     # -- the coarse tick -------------------------------------------------------------------------
     def tick(self, now: int) -> None:
@@ -135,6 +139,14 @@ class Housekeeping:
         ctr[C.FLOWS_ACTIVE_CONFIRMED] = len(flows.confirmed)
         for i, scope in enumerate(EVICTIONS):
             ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
+        peer = self.peer_flows
+        if peer is not None:
+            peer.expire(now)
+            pending = peer.count_pending()
+            for i, value in enumerate(
+                (peer.created, peer.expired, peer.evicted, pending, len(peer.flows) - pending)
+            ):
+                ctr[C.PEER_FLOWS + i] = value
 
     # -- confirmed flows and what follows them ---------------------------------------------------
     def confirm(self, key: Hashable, target: Target, now: int) -> bool:

@@ -19,11 +19,11 @@ from relay.counters import CounterArea, RelayCollector
 
 
 def make_http_server(
-    address: tuple[str, int], counters: CounterArea, state: object
+    address: tuple[str, int], counters: CounterArea, state: object, peers: tuple[int, ...] = (0,)
 ) -> ThreadingHTTPServer:
     """Bind (errors surface at start, before any worker exists); serve with ``serve_in_thread``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RelayCollector(counters, state))
+    registry.register(RelayCollector(counters, state, peers))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

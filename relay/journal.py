@@ -5,8 +5,9 @@ when a confirmed flow is created or re-pointed and clears it when the flow expir
 packet). After a crash the replacement worker inherits the same sockets *and* this journal, so the
 packets that queued in the socket during the gap are forwarded instead of dropped as unknown.
 
-Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | target id (2 B, big
-endian) | key (up to 24 B, see relay.peerkey) | padding. The state byte is written last and
+Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | target id, low 16
+bits (2 B, big endian) | key (up to 24 B, see relay.peerkey) | target id, high 16 bits (2 B: a
+route's id, relay.flows.ROUTE_ID_BASE and up) | padding. The state byte is written last and
 cleared first, so a worker killed mid-write leaves at most one record that reads as free.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 
 RECORD_LEN = 32
 MAX_KEY_LEN = 24
+_HIGH = 4 + MAX_KEY_LEN  # offset of the target id's high 16 bits
 
 
 class FlowJournal:
@@ -44,7 +46,8 @@ class FlowJournal:
             yield (
                 slot,
                 bytes(mv[off + 4 : off + 4 + n]),
-                int.from_bytes(mv[off + 2 : off + 4], "big"),
+                int.from_bytes(mv[off + _HIGH : off + _HIGH + 2], "big") << 16
+                | int.from_bytes(mv[off + 2 : off + 4], "big"),
             )
 
     def write(self, key: bytes, target_id: int, slot: int = -1) -> int:
@@ -57,7 +60,9 @@ class FlowJournal:
         mv = self._mv
         mv[off] = 0
         mv[off + 1] = len(key)
-        mv[off + 2 : off + 4] = target_id.to_bytes(2, "big")
+        tid = target_id.to_bytes(4, "big")
+        mv[off + 2 : off + 4] = tid[2:]
+        mv[off + _HIGH : off + _HIGH + 2] = tid[:2]
         mv[off + 4 : off + 4 + len(key)] = key
         mv[off] = 1
         return slot

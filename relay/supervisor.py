@@ -33,7 +33,7 @@ from common.sockets import set_buffers
 from relay.allowlist import AllowlistResolver, load_routing
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
-from relay.counters import CONFIG_GENERATION, CounterArea
+from relay.counters import CONFIG_GENERATION, PEER_EDGE, PEER_ROUTES, PEER_TRANSCEIVER, CounterArea
 from relay.journal import FlowJournal
 from relay.portclaim import Holder, could_share_port, drain, try_claim
 from relay.worker import Worker
@@ -137,6 +137,30 @@ def claim_port(config: RelayConfig) -> socket.socket | None:
     return None
 
 
+def open_peer_sockets(config: RelayConfig) -> list[socket.socket | None]:
+    """Per worker, its socket of the --peer-listen SO_REUSEPORT group (None without one)."""
+    if config.peer_listen is None:
+        return [None] * config.workers
+    socks: list[socket.socket | None] = []
+    for _ in range(config.workers):
+        s = socket.socket(config.peer_family, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if config.peer_family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s.setblocking(False)
+        set_buffers(s, config.socket_buffer_bytes)
+        if s.family == socket.AF_INET:
+            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        try:
+            s.bind(config.peer_listen)
+        except OSError as exc:
+            raise ConfigError(
+                "--peer-listen", f"cannot bind {config.peer_listen}: {exc.strerror}"
+            ) from None
+        socks.append(s)
+    return socks
+
+
 def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket]]:
     """One (public, internal) pair per worker; errors name the option that caused them."""
     pairs = []
@@ -168,6 +192,15 @@ def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket
     return pairs
 
 
+def counted_peers(config: RelayConfig) -> tuple[int, ...]:
+    """The metrics' peer label values this configuration can count (relay.counters)."""
+    peers = [PEER_TRANSCEIVER]
+    if config.peer_listen is not None:
+        peers.append(PEER_EDGE)
+    peers += [PEER_ROUTES + c for c in sorted(config.routes)]
+    return tuple(peers)
+
+
 class Supervisor:
     def __init__(self, config: RelayConfig) -> None:
         self.config = config.validate()
@@ -175,6 +208,7 @@ class Supervisor:
         self.routing = load_routing(config, self.resolver, time.monotonic())
         self.claim = claim_port(config)  # before binding: refuse a foreign relay's port
         self.sockets = open_sockets(config)
+        self.peer_sockets = open_peer_sockets(config)
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
         self.control = ControlBlock()
@@ -194,7 +228,9 @@ class Supervisor:
             from relay.http import make_http_server
 
             try:
-                self.http = make_http_server(config.metrics, self.counters, self.state)
+                self.http = make_http_server(
+                    config.metrics, self.counters, self.state, counted_peers(config)
+                )
             except OSError as exc:
                 raise ConfigError(
                     "--metrics", f"cannot listen on {config.metrics}: {exc.strerror}"
@@ -206,10 +242,14 @@ class Supervisor:
 
     @property
     def addresses(self) -> dict[str, object]:
-        return {
+        addresses: dict[str, object] = {
             "public": self.sockets[0][0].getsockname()[:2],
             "internal": [s[1].getsockname()[:2] for s in self.sockets],
         }
+        peer = self.peer_sockets[0]
+        if peer is not None:
+            addresses["peer"] = peer.getsockname()[:2]
+        return addresses
 
     def _publish(self, routing: RoutingConfig) -> None:
         self.control.publish(routing.to_json())
@@ -253,6 +293,9 @@ class Supervisor:
             if i != slot.index:
                 pub.close()
                 internal.close()
+                peer = self.peer_sockets[i]
+                if peer is not None:
+                    peer.close()
         if self.http is not None:
             self.http.socket.close()  # the supervisor's; a worker serves no HTTP
         if self.claim is not None:
@@ -266,6 +309,7 @@ class Supervisor:
             self.counters.block(slot.index),
             self.journals[slot.index],
             self.control,
+            peer=self.peer_sockets[slot.index],
         )
         gc.freeze()
         worker.run()
@@ -329,7 +373,9 @@ class Supervisor:
             with self._lock:
                 transceivers = self.resolver.refresh(time.monotonic())
                 if transceivers != self.routing.transceivers:
-                    self.routing = RoutingConfig(self.routing.keyring, transceivers)
+                    self.routing = RoutingConfig(
+                        self.routing.keyring, transceivers, self.routing.routes
+                    )
                     self._publish(self.routing)
                     self.state.transceivers = len(transceivers)
 

@@ -10,6 +10,12 @@ Transceiver -> client: a packet from an allowlisted transceiver address is decap
 pointing the iovec past the header; the client address in the header becomes the destination and
 creates, refreshes or re-points the confirmed flow (only transceivers ever extend a flow).
 
+Relay tiers (docs/relay.md): a hint for another cluster is admitted to a route (relay.routing),
+which the hot path treats exactly like a transceiver. A cluster relay with --peer-listen also
+reads a third socket, ``_from_peers``: encapsulated datagrams from edge relays, judged per packet
+against relay.peerflows; replies for their clients leave through the edge they came from. While
+no peer flow exists, the two batch paths above run as before (one truthiness check per batch).
+
 This class is the I/O: sockets, batches, signals, the event loop. The two ``_from_*`` methods
 are the hot path and are written for speed: locals instead of attributes, word views instead of
 ctypes fields, no allocation but the dict key, no clock. What changes the flow and routing
@@ -19,6 +25,8 @@ relay.housekeeping; the headers it sends come from relay.headers.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import select
 import signal
@@ -30,20 +38,38 @@ from itertools import repeat
 from operator import attrgetter, sub
 
 from common import encap
-from common.encap import MAGIC_OFFSET, VERSION_FAMILY_OFFSET
+from common.encap import (
+    FLAG_PROBE,
+    FLAG_PROBE_REPLY,
+    FLAGS_OFFSET,
+    HOP_LIMIT_OFFSET,
+    MAGIC_OFFSET,
+    PROBE_NONCE_LEN,
+    VERSION_FAMILY_OFFSET,
+)
+from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from relay import counters as C
 from relay.addresspolicy import AddressPolicy
-from relay.admission import Admission
+from relay.admission import Admission, hint_target
 from relay.config import RelayConfig
 from relay.control import ControlBlock
-from relay.flows import FlowTable
+from relay.flows import FlowTable, route_id
 from relay.headers import WIRE, FlowHeaders, address_copy_plan, address_fields
 from relay.housekeeping import Housekeeping
 from relay.journal import FlowJournal
-from relay.mmsg import MMSGHDR_WORDS, W_LEN, W_NAME, W_NAMELEN, RecvBatch, SendBatch
+from relay.mmsg import (
+    MMSGHDR_WORDS,
+    W_LEN,
+    W_NAME,
+    W_NAMELEN,
+    RecvBatch,
+    SendBatch,
+    sockaddr_to_host_port,
+)
+from relay.peerflows import PeerFlow, PeerFlowTable
 from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
-from relay.routing import Routing
+from relay.routing import RouteTarget, Routing, Target
 
 SLOT_SIZE = 2048  # larger than any datagram a WebRTC peer sends; a full slot means truncation
 _DROP = {reason: C.DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
@@ -52,6 +78,8 @@ _DROP = {reason: C.DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
 _WIRE = attrgetter("wire")
 _TARGET_ID = attrgetter("target_id")
 _TID = attrgetter("tid")
+_STUN = int(PacketClass.STUN)
+MAX_KNOWN_EDGES = 4096  # peer-ingress sources judged by --peer-network, remembered per worker
 
 
 class Worker:
@@ -64,6 +92,7 @@ class Worker:
         counters: memoryview,
         journal: FlowJournal,
         control: ControlBlock,
+        peer: socket.socket | None = None,
     ) -> None:
         self.index = index
         self.config = config
@@ -105,6 +134,21 @@ class Worker:
         # The hot path's views of the tables above (the same objects, updated in place).
         self.peers = self.routing.peers
         self.refreshed = self.housekeeping.refreshed
+        # Relay tiers: per route target id, its packet counters' base (relay.counters); empty
+        # without routes, so the hot path counts as before.
+        self.route_counters: dict[int, int] = {
+            route_id(cluster): C.PACKETS_OF[C.PEER_ROUTES + cluster] for cluster in config.routes
+        }
+        self.peer = peer
+        self.peer_flows = PeerFlowTable(config.limits, config.peer_path_ttl_s)
+        self.housekeeping.peer_flows = self.peer_flows
+        self.live_peer_flows = self.peer_flows.flows  # the hot path's truthiness check
+        self._known_edges: dict[Hashable, bool] = {}
+        # Every source is refused at --peer-listen unless a --peer-network holds it.
+        self._edge_policy = AddressPolicy(
+            (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")),
+            config.peer_networks,
+        )
         self.rx_pub = RecvBatch(fam, batch, SLOT_SIZE)
         self.rx_int = RecvBatch(config.internal_family, batch, SLOT_SIZE)
         self.tx_int = SendBatch(config.internal_family, batch, iovs=2)
@@ -114,6 +158,17 @@ class Worker:
         self._prepare_batch_views(batch)
         self.public_fd = public.fileno()
         self.internal_fd = internal.fileno()
+        if peer is not None:
+            self.peer_fd = peer.fileno()
+            self.edge_keys = PeerKeys(config.peer_family)
+            self.rx_peer = RecvBatch(config.peer_family, batch, SLOT_SIZE)
+            self.tx_peer = SendBatch(config.peer_family, batch, iovs=1)
+            self.tx_fwd = SendBatch(config.internal_family, batch, iovs=1)
+        else:
+            self.tx_peer = None  # type: ignore[assignment]
+        self._peer_k = self._peer_bytes = 0
+        self._client_sockaddr = bytearray(self.tx_pub.name_stride)
+        self._client_sockaddr[0:2] = fam.to_bytes(2, "little")
         self.now = int(time.monotonic())
         self.wall = time.time()
         self._stop = False
@@ -166,6 +221,7 @@ class Worker:
             if verdict == "no_flow":  # a relay restart? Redis may know the flow
                 self.housekeeping.look_up(key)
             return None
+        self._admitted_tid = verdict.tid
         return self.headers.entry_wire(key, verdict, entry)
 
     # -- hot path --------------------------------------------------------------------------------
@@ -188,6 +244,8 @@ class Worker:
             if flow is not None and 0 < length < SLOT_SIZE:
                 sb.hdrs[W_NAME], sb.iov[0] = WIRE.unpack(flow.wire)
                 sb.iov[3] = length
+                if self.route_counters:
+                    self._tids, self._lens = [flow.target_id], [length]
                 return self._sent_to_transceivers(n, 1, length)
             return self._sent_to_transceivers(
                 n, *self._clients_one_by_one(n, keys, [flow], [length]), compacted=True
@@ -205,6 +263,8 @@ class Worker:
             siov[0 : n * 4 : 4] = wires[1::2]
             siov[3 : n * 4 : 4] = lens_view
             k, nbytes = n, sum(lens)
+            if self.route_counters:
+                self._tids, self._lens = list(map(_TARGET_ID, flows)), lens
         return self._sent_to_transceivers(n, k, nbytes)
 
     def _sent_to_transceivers(self, n: int, k: int, nbytes: int, compacted: bool = False) -> int:
@@ -218,8 +278,11 @@ class Worker:
                 siov[2 : len(siov) : 4] = self._client_payload_bases
             if failed:
                 ctr[_DROP["send_error"]] += failed
-            ctr[C.PACKETS] += k - failed
-            ctr[C.BYTES] += nbytes
+            if self.route_counters:
+                self._count_by_peer(0, k, failed)
+            else:
+                ctr[C.PACKETS] += k - failed
+                ctr[C.BYTES] += nbytes
         ctr[C.BUCKET_OF[n]] += 1
         ctr[C.BATCH_SUM] += n
         ctr[C.BATCH_COUNT] += 1
@@ -233,21 +296,54 @@ class Worker:
         shdrs, siov = sb.hdrs, sb.iov
         data_addr = self.rx_pub.data_addr
         k = nbytes = 0
+        by_route = bool(self.route_counters)
+        tids: list[int] = []
+        sent_lens: list[int] = []
         for i in range(n):
             length = lens[i]
             flow = flows[i]
             if flow is not None and 0 < length < SLOT_SIZE:
                 wire = flow.wire
+                tid = flow.target_id
             else:
                 wire = self._admit(keys[i], i * SLOT_SIZE, length, k)
                 if wire is None:
                     continue
+                tid = self._admitted_tid
             shdrs[k * MMSGHDR_WORDS + W_NAME], siov[k * 4] = WIRE.unpack(wire)
             siov[k * 4 + 2] = data_addr + i * SLOT_SIZE
             siov[k * 4 + 3] = length
             k += 1
             nbytes += length
+            if by_route:
+                tids.append(tid)
+                sent_lens.append(length)
+        self._tids, self._lens = tids, sent_lens
         return k, nbytes
+
+    def _count_by_peer(self, direction: int, k: int, failed: int, header_len: int = 0) -> None:
+        """Packet and byte counters by peer (relay.counters) for a relay with routes, from the
+        target ids and lengths of the k entries just sent (``_tids``, ``_lens``). A batch for
+        one target costs two C calls; only a mixed batch is counted packet by packet."""
+        ctr = self.ctr
+        tids, lens = self._tids, self._lens
+        base_of = self.route_counters
+        if min(tids) == max(tids):
+            base = base_of.get(tids[0], C.PACKETS)
+            ctr[base + direction] += k - failed
+            ctr[base + 2 + direction] += sum(lens) - k * header_len
+            return
+        packets: dict[int, int] = {}
+        octets: dict[int, int] = {}
+        for tid, length in zip(tids, lens, strict=True):
+            base = base_of.get(tid, C.PACKETS)
+            packets[base] = packets.get(base, 0) + 1
+            octets[base] = octets.get(base, 0) + length - header_len
+        for base, count in packets.items():
+            taken = min(failed, count)  # failures are not told apart by target
+            failed -= taken
+            ctr[base + direction] += count - taken
+            ctr[base + 2 + direction] += octets[base]
 
     def _from_transceivers(self) -> int:
         rb = self.rx_int
@@ -277,7 +373,13 @@ class Worker:
                 dst[d : n * dstride : dstride] = src[s : n * SLOT_SIZE // 2 : SLOT_SIZE // 2]
             keys = self.keys.batch(sb.names_q, n)
             flows = list(map(self.flows.confirmed.get, keys))
-            if None in flows or list(map(_TARGET_ID, flows)) != list(map(_TID, targets)):
+            tids = list(map(_TID, targets))
+            if (
+                None in flows
+                or list(map(_TARGET_ID, flows)) != tids
+                # A client of a peer flow may be answered through its edge instead.
+                or (self.live_peer_flows and not self.live_peer_flows.keys().isdisjoint(keys))
+            ):
                 # A new or re-pointed flow needs a decision that may refuse it (a denied
                 # address): only the per-packet path can drop that one packet.
                 k, nbytes = self._transceivers_one_by_one(n, targets, lens)
@@ -286,6 +388,8 @@ class Worker:
                 self.refreshed.update(keys)
                 sb.iov[1 : n * 2 : 2] = array("Q", map(sub, lens, repeat(hl, n)))
                 k, nbytes = n, sum(lens) - n * hl
+                if self.route_counters:
+                    self._tids, self._lens = tids, lens
         ctr = self.ctr
         if k:
             failed = sb.send(self.public_fd, k)
@@ -293,15 +397,23 @@ class Worker:
                 sb.iov[0 : len(sb.iov) : 2] = self._transceiver_payload_bases
             if failed:
                 ctr[_DROP["send_error"]] += failed
-            ctr[C.PACKETS + 1] += k - failed
-            ctr[C.BYTES + 1] += nbytes
+            if self.route_counters:
+                self._count_by_peer(1, k, failed, hl)
+            else:
+                ctr[C.PACKETS + 1] += k - failed
+                ctr[C.BYTES + 1] += nbytes
+        if self._peer_k:
+            self._send_to_edges()
         ctr[C.BUCKET_OF[n]] += 1
         ctr[C.BATCH_SUM] += n
         ctr[C.BATCH_COUNT] += 1
         return n
 
     def _transceivers_one_by_one(self, n: int, targets: list, lens: list[int]) -> tuple[int, int]:
-        """The per-packet path of ``_from_transceivers``: validates each header, compacts."""
+        """The per-packet path of ``_from_transceivers``: validates each header, compacts.
+
+        Also where route probes are answered and where replies for clients of live peer flows
+        are staged for their edges (``tx_peer``, sent by ``_send_to_edges``)."""
         rb = self.rx_int
         data = rb.data
         hl = self.header_len
@@ -312,6 +424,10 @@ class Worker:
         snames, stride, siov = sb.names, sb.name_stride, sb.iov
         from_sockaddr = self.keys.from_sockaddr
         ctr = self.ctr
+        peer_flows = self.live_peer_flows
+        by_route = bool(self.route_counters)
+        tids: list[int] = []
+        sent_lens: list[int] = []
         k = nbytes = 0
         for i in range(n):
             target = targets[i]
@@ -327,12 +443,23 @@ class Worker:
             if got != verfam:
                 ctr[_DROP["wrong_family" if got >> 4 == version else "encap_malformed"]] += 1
                 continue
+            if data[base + FLAGS_OFFSET]:
+                if target.health is not None and length == hl + PROBE_NONCE_LEN:
+                    self._probe_answered(target, bytes(data[base + hl : base + length]))
+                else:
+                    ctr[_DROP["encap_malformed"]] += 1
+                continue
             d = k * stride
             at = base + port_at
             snames[d + port_to : d + port_to + port_len] = data[at : at + port_len]
             at = base + addr_at
             snames[d + addr_to : d + addr_to + addr_len] = data[at : at + addr_len]
             key = from_sockaddr(bytes(snames[d : d + stride]))
+            if peer_flows:
+                peer_flow = peer_flows.get(key)
+                if peer_flow is not None and self.peer_flows.live(peer_flow, self.now):
+                    self._stage_for_edge(key, peer_flow, target, base, length)
+                    continue
             flow = self.flows.confirmed.get(key)
             if flow is None or flow.target_id != target.tid:
                 if not self.housekeeping.confirm(key, target, self.now):
@@ -343,7 +470,167 @@ class Worker:
             siov[k * 2 + 1] = length - hl
             k += 1
             nbytes += length - hl
+            if by_route:
+                tids.append(target.tid)
+                sent_lens.append(length)
+        self._tids, self._lens = tids, sent_lens
         return k, nbytes
+
+    # -- relay tiers: peer ingress, replies to edges, route probes ------------------------------
+    def _stage_for_edge(
+        self, key: Hashable, flow: PeerFlow, target: Target, base: int, n: int
+    ) -> None:
+        """A reply for a client of a live peer flow: as received (header and all) to its edge."""
+        self.peer_flows.confirm(key, flow, target)
+        sb = self.tx_peer
+        j = self._peer_k
+        edge = flow.edge
+        d = j * sb.name_stride
+        sb.names[d : d + len(edge)] = edge
+        sb.iov[j * 2] = self.rx_int.data_addr + base
+        sb.iov[j * 2 + 1] = n
+        self._peer_k = j + 1
+        self._peer_bytes += n - self.header_len
+
+    def _send_to_edges(self) -> None:
+        k = self._peer_k
+        failed = self.tx_peer.send(self.peer_fd, k)
+        ctr = self.ctr
+        if failed:
+            ctr[_DROP["send_error"]] += failed
+        edge = C.PACKETS_OF[C.PEER_EDGE]
+        ctr[edge + 1] += k - failed
+        ctr[edge + 3] += self._peer_bytes
+        self._peer_k = self._peer_bytes = 0
+
+    def _edge_allowed(self, key: Hashable) -> bool:
+        """Is this peer-ingress source inside --peer-network? (remembered, bounded)"""
+        known = self._known_edges
+        allowed = known.get(key)
+        if allowed is None:
+            if len(known) >= MAX_KNOWN_EDGES:
+                known.clear()
+            allowed = known[key] = not self._edge_policy.denies(self.edge_keys.address(key))
+        return allowed
+
+    def _from_peers(self) -> int:
+        """Encapsulated datagrams from edge relays (--peer-listen), per packet: see
+        relay.peerflows. Forwarded as received (hop limit decremented) from the internal
+        socket, so the target's replies come back there."""
+        rb = self.rx_peer
+        n = rb.recv(self.peer_fd)
+        if not n:
+            return 0
+        edge_keys = self.edge_keys.batch(rb.names_q, n)
+        lens = rb.hdrs[W_LEN : n * MMSGHDR_WORDS : MMSGHDR_WORDS].tolist()
+        data = rb.data
+        hl = self.header_len
+        verfam = self.header_verfam
+        version = encap.VERSION
+        (port_to, port_at, port_len), (addr_to, addr_at, addr_len) = self._address_fields
+        client = self._client_sockaddr
+        from_sockaddr = self.keys.from_sockaddr
+        table = self.peer_flows
+        flows = table.flows
+        now = self.now
+        names, stride, name_len = rb.names, rb.name_stride, rb.name_len
+        sb = self.tx_fwd
+        shdrs, siov = sb.hdrs, sb.iov
+        ctr = self.ctr
+        k = nbytes = 0
+        for i in range(n):
+            if not self._edge_allowed(edge_keys[i]):
+                ctr[_DROP["peer_denied"]] += 1
+                continue
+            length = lens[i]
+            base = i * SLOT_SIZE
+            if length <= hl or length >= SLOT_SIZE or data[base + MAGIC_OFFSET] != encap.MAGIC:
+                ctr[_DROP["encap_malformed"]] += 1
+                continue
+            got = data[base + VERSION_FAMILY_OFFSET]
+            if got != verfam:
+                ctr[_DROP["wrong_family" if got >> 4 == version else "encap_malformed"]] += 1
+                continue
+            flags = data[base + FLAGS_OFFSET]
+            if flags:
+                if flags == FLAG_PROBE and length == hl + PROBE_NONCE_LEN:
+                    self._answer_probe(i, base, length)
+                else:
+                    ctr[_DROP["encap_malformed"]] += 1
+                continue
+            hops = data[base + HOP_LIMIT_OFFSET] - 1
+            if hops <= 0:
+                ctr[_DROP["hop_limit"]] += 1
+                continue
+            at = base + port_at
+            client[port_to : port_to + port_len] = data[at : at + port_len]
+            at = base + addr_at
+            client[addr_to : addr_to + addr_len] = data[at : at + addr_len]
+            key = from_sockaddr(bytes(client))
+            edge = bytes(names[i * stride : i * stride + name_len])
+            stun = CLASS_BY_FIRST_BYTE[data[base + hl]] == _STUN
+            flow = flows.get(key)
+            if flow is None:
+                if not stun:
+                    ctr[_DROP["no_flow"]] += 1
+                    continue
+                decided = hint_target(
+                    data[base + hl : base + length], self.routing, self.config.cluster, self.wall
+                )
+                if isinstance(decided, str):
+                    ctr[_DROP[decided]] += 1
+                    continue
+                flow = table.admit(key, decided[1], decided[0], edge, now)
+            elif not flow.confirmed and not stun:
+                ctr[_DROP["not_confirmed"]] += 1
+                continue
+            else:
+                table.heard(key, flow, edge, now)
+            data[base + HOP_LIMIT_OFFSET] = hops
+            shdrs[k * MMSGHDR_WORDS + W_NAME] = flow.target.ptr
+            siov[k * 2] = rb.data_addr + base
+            siov[k * 2 + 1] = length
+            k += 1
+            nbytes += length - hl
+        if k:
+            failed = sb.send(self.internal_fd, k)
+            if failed:
+                ctr[_DROP["send_error"]] += failed
+            edge_base = C.PACKETS_OF[C.PEER_EDGE]
+            ctr[edge_base] += k - failed
+            ctr[edge_base + 2] += nbytes
+        ctr[C.BUCKET_OF[n]] += 1
+        ctr[C.BATCH_SUM] += n
+        ctr[C.BATCH_COUNT] += 1
+        return n
+
+    def _answer_probe(self, i: int, base: int, length: int) -> None:
+        """A route probe from an edge: the same bytes back, flagged as the answer."""
+        reply = bytearray(self.rx_peer.data[base : base + length])
+        reply[FLAGS_OFFSET] = FLAG_PROBE_REPLY
+        rb = self.rx_peer
+        raw = bytes(rb.names[i * rb.name_stride : i * rb.name_stride + rb.name_len])
+        try:
+            self.peer.sendto(reply, sockaddr_to_host_port(self.config.peer_family, raw))  # type: ignore[union-attr]
+        except OSError:
+            self.ctr[_DROP["send_error"]] += 1
+
+    def _probe_routes(self) -> None:
+        """Every --route-probe-interval: probe each route address (relay.routehealth)."""
+        fam = self.keys.ip_version
+        for route in self.routing.routes.values():
+            health = route.health
+            assert health is not None
+            for index, nonce in health.probe_round():
+                with contextlib.suppress(OSError):  # an unsent probe counts as unanswered
+                    self.internal.sendto(encap.probe(fam, nonce), route.addresses[index])
+            if route.follow_health():
+                self.ctr[C.ROUTE_FAILOVERS] += 1
+
+    def _probe_answered(self, route: RouteTarget, nonce: bytes) -> None:
+        assert route.health is not None
+        if route.health.answered(nonce) and route.follow_health():
+            self.ctr[C.ROUTE_FAILOVERS] += 1
 
     # -- event loop ------------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -365,23 +652,38 @@ class Worker:
         # the worker sends makes the kernel take the wait-queue lock when it frees the buffer
         # (sock_wfree -> sock_def_write_space): measured at ~5% of a busy worker.
         poller = select.poll()
-        for fd in (self.public_fd, self.internal_fd, wake_r):
+        fds = [self.public_fd, self.internal_fd, wake_r]
+        if self.peer is not None:
+            fds.append(self.peer_fd)
+        for fd in fds:
             poller.register(fd, select.POLLIN)
         next_tick = time.monotonic() + 1.0
+        probing = bool(self.config.routes)
+        probe_every = self.config.route_probe_interval_s
+        next_probe = time.monotonic()
+        sleep_ms = int(1000 * min(1.0, probe_every)) if probing else 1000
+        from_peers = self._from_peers if self.peer is not None else _nothing
         housekeeping.serve()
         while not self._stop:
-            # Drain both sockets in turns, so one direction cannot starve the other; sleep only
+            # Drain the sockets in turns, so one direction cannot starve another; sleep only
             # when a round found nothing.
             if cache is not None and cache.results:
                 housekeeping.restore_from_cache(self.now)
-            if not self._from_clients() + self._from_transceivers():
-                for fd, _ in poller.poll(1000):
+            if not self._from_clients() + self._from_transceivers() + from_peers():
+                for fd, _ in poller.poll(sleep_ms):
                     if fd == wake_r:
                         _drain(wake_r)
             mono = time.monotonic()
+            if probing and mono >= next_probe:
+                self._probe_routes()
+                next_probe = mono + probe_every
             if mono >= next_tick:
                 self.tick(int(mono))
                 next_tick = mono + 1.0
+
+
+def _nothing() -> int:
+    return 0
 
 
 def _drain(fd: int) -> None:

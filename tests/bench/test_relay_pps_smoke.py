@@ -39,7 +39,7 @@ def test_quick_run_writes_complete_result(tmp_path: Path) -> None:
     assert result["config"]["rounds"] == 2
     assert result["config"]["window_s"] == 1.0
     measured = {k: v for k, v in result["variants"].items() if "skipped" not in v}
-    assert {"relay", "plain"} <= set(measured)
+    assert {"relay", "route", "plain"} <= set(measured)
     for name, variant in measured.items():
         summary = variant["summary"]
         assert summary["rounds"] == 2, name
@@ -52,10 +52,13 @@ def test_quick_run_writes_complete_result(tmp_path: Path) -> None:
 
     ratio = result["ratios"]["relay/plain"]
     assert ratio["n"] > 0 and ratio["median"] > 0
+    assert "relay/route" not in result["ratios"], "the route is no reference forwarder"
+    tier = result["tier_ratios"]["route/relay"]
+    assert tier["n"] > 0 and tier["median"] > 0
     paths = result["latency"]["paths"]
     assert {"direct", "plain", "relay"} <= set(paths)
     for name, path in paths.items():
         assert path["samples"] > 0, name
         assert path["p50_us"] > 0, name
     assert {c["name"].split()[0] for c in result["criteria"]} == {"cpu", "added"}
-    assert_quick_run_output(stdout, steps=5)
+    assert_quick_run_output(stdout, steps=2 * len(measured) + 1)

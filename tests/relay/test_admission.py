@@ -30,7 +30,15 @@ NOW = 1000  # the worker's coarse monotonic second
 UNIX_NOW = 1_750_000_000.0
 TRANSCEIVER = ("127.0.0.1", 5000)
 # The drops of the other direction and of sending, which admission never decides.
-NOT_ADMISSION = {"unknown_peer", "encap_malformed", "wrong_family", "send_error"}
+# Drops of the internal and peer-ingress paths (relay.worker), not of a client's first packet.
+NOT_ADMISSION = {
+    "unknown_peer",
+    "encap_malformed",
+    "wrong_family",
+    "send_error",
+    "hop_limit",
+    "peer_denied",
+}
 
 
 def key(host: str = "93.184.216.34", port: int = 40000) -> object:
@@ -112,7 +120,7 @@ SCENARIOS: dict[str, Callable[[], list]] = {
         admission(), check(hint(issued_s=UNIX_NOW - MAX_HINT_AGE_S - 120))
     ),
     "hint_future": lambda: verdicts(admission(), check(hint(issued_s=UNIX_NOW + 3600))),
-    "wrong_cluster": lambda: verdicts(admission(), check(hint(cluster=1))),
+    "unknown_cluster": lambda: verdicts(admission(), check(hint(cluster=1))),
     "unknown_transceiver": lambda: verdicts(admission(), check(hint(tid=9))),
     "pending_ufrag_limit": _second_client_of_one_hint,
 }

@@ -1,0 +1,194 @@
+"""Relay tiers with real processes on loopback: an edge relay routes a hint for another cluster
+to that cluster's relay ingress (--route, --peer-listen), which forwards it to the transceiver
+and sends the replies back through the edge."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import redis
+
+from bench.peers import RedisServer, RelayProcess, StandInTransceiver, free_port, hint_request
+from common import encap, stun
+from relay.flows import route_id
+from tests.support.loopback import udp
+from tests.support.waits import wait_for
+
+CLUSTER = 1
+EDGE_CLUSTER = 9
+DROPS = "rtcedge_relay_dropped_packets_total"
+PACKETS = "rtcedge_relay_packets_total"
+
+
+@pytest.fixture
+def standin():
+    with StandInTransceiver(0) as t:
+        yield t
+
+
+@pytest.fixture
+def cluster_relay(standin):
+    with RelayProcess(
+        {0: standin.address}, cluster=CLUSTER, peer_networks=("127.0.0.0/8",)
+    ) as relay:
+        yield relay
+
+
+def edge_of(cluster_relay: RelayProcess, *routes: tuple[str, int], **kw) -> RelayProcess:
+    return RelayProcess(
+        {},
+        cluster=EDGE_CLUSTER,
+        keyring=cluster_relay.keyring,
+        routes={CLUSTER: list(routes)},
+        **kw,
+    )
+
+
+def stun_through(relay: RelayProcess, client: socket.socket, cluster: int = CLUSTER) -> bool:
+    """A valid-hint Binding request to ``relay``; True when the success came back from its
+    public address, naming the client."""
+    client.sendto(hint_request(relay.keyring, cluster, 0)[0], relay.address)
+    try:
+        reply, source = client.recvfrom(4096)
+    except TimeoutError:
+        return False
+    msg = stun.parse(reply)
+    assert msg.msg_type == stun.BINDING_SUCCESS
+    assert stun.xor_mapped_address(reply, msg) == client.getsockname()
+    assert source[:2] == relay.address, "the reply leaves from the edge's public port"
+    return True
+
+
+def media_both_ways(edge: RelayProcess, client: socket.socket, standin: StandInTransceiver) -> None:
+    for i in range(5):
+        client.sendto(b"\x80rtp %d" % i, edge.address)
+        reply, source = client.recvfrom(4096)
+        assert reply == b"T0:\x80rtp %d" % i
+        assert source[:2] == edge.address
+    assert (*client.getsockname(), b"\x80rtp 4") in standin.received
+
+
+def test_a_hint_for_another_cluster_reaches_its_transceiver_through_the_edge(
+    cluster_relay, standin
+):
+    with edge_of(cluster_relay, cluster_relay.peer_address) as edge:
+        client = udp(timeout_s=2.0)
+        assert stun_through(edge, client)
+        # The transceiver saw the client's own address in the header, from the cluster relay.
+        ip, port, payload = standin.received[0]
+        assert (ip, port) == client.getsockname() and payload[0] < 4
+        assert standin.relay_of_client[(ip, port)][1] in (
+            cluster_relay.internal_base,
+            cluster_relay.internal_base + 1,
+        )
+        media_both_ways(edge, client, standin)
+        # Counted by peer: the edge's route, the cluster relay's edges.
+        assert wait_for(lambda: edge.metric(PACKETS, peer=f"cluster_{CLUSTER}") >= 12, True)
+        assert edge.metric(PACKETS, peer="transceiver") == 0
+        assert cluster_relay.metric(PACKETS, peer="edge") >= 12
+        # The edge journals its flow to the route like any other (one confirmed flow).
+        assert wait_for(lambda: edge.metric("rtcedge_relay_flows_active", table="confirmed"), 1)
+        assert wait_for(
+            lambda: cluster_relay.metric("rtcedge_relay_flows_active", table="peer_confirmed"), 1
+        )
+        client.close()
+
+
+def test_a_route_fails_over_to_its_next_address_when_the_first_is_down(cluster_relay, standin):
+    dead = ("127.0.0.1", free_port())  # nothing listens there
+    with edge_of(
+        cluster_relay,
+        dead,
+        cluster_relay.peer_address,
+        extra_args=["--route-probe-interval", "0.2"],
+    ) as edge:
+        # Three unanswered probes (0.6 s) and each worker moves to the second address.
+        assert wait_for(lambda: edge.metric("rtcedge_relay_route_failovers_total"), 2, 5.0)
+        client = udp(timeout_s=2.0)
+        assert stun_through(edge, client)
+        media_both_ways(edge, client, standin)
+        client.close()
+
+
+def test_a_hint_for_an_unknown_cluster_is_dropped_and_counted(cluster_relay, standin):
+    with edge_of(cluster_relay, cluster_relay.peer_address) as edge:
+        client = udp()
+        assert not stun_through(edge, client, cluster=5)
+        assert wait_for(lambda: edge.metric(DROPS, reason="unknown_cluster"), 1)
+        assert standin.received == []
+        client.close()
+
+
+def test_a_looping_map_stops_at_the_hop_limit(standin):
+    # A routes cluster 2 to B's ingress, B routes it to A's: a misconfiguration.
+    a = RelayProcess({0: standin.address}, cluster=8, peer_networks=("127.0.0.0/8",))
+    b = RelayProcess(
+        {0: standin.address}, cluster=9, keyring=a.keyring, peer_networks=("127.0.0.0/8",)
+    )
+    a.routes = {2: [b.peer_address]}
+    b.routes = {2: [a.peer_address]}
+    with a, b:
+        client = udp()
+        assert not stun_through(a, client, cluster=2)
+        drops = lambda: a.metric(DROPS, reason="hop_limit") + b.metric(DROPS, reason="hop_limit")  # noqa: E731
+        assert wait_for(drops, 1)
+        # Edge A sent it with hop limit 4: B, A and B again forwarded it (3, 2, 1), A dropped it.
+        forwarded = lambda: a.metric(PACKETS, peer="edge") + b.metric(PACKETS, peer="edge")  # noqa: E731
+        assert wait_for(forwarded, 3)
+        assert standin.received == []
+        client.close()
+
+
+def test_the_peer_ingress_refuses_sources_outside_its_peer_networks(standin):
+    with RelayProcess(
+        {0: standin.address}, cluster=CLUSTER, peer_networks=("127.0.0.1/32",)
+    ) as relay:
+        first = hint_request(relay.keyring, CLUSTER, 0)[0]
+        outsider = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        outsider.bind(("127.0.0.2", 0))
+        outsider.sendto(encap.encapsulate(first, "198.51.100.7", 4000), relay.peer_address)
+        assert wait_for(lambda: relay.metric(DROPS, reason="peer_denied"), 1)
+        assert standin.received == []
+        # The same datagram from inside the peer network goes through.
+        insider = udp()
+        insider.sendto(encap.encapsulate(first, "198.51.100.7", 4000), relay.peer_address)
+        reply = insider.recv(4096)
+        header, offset = encap.decode_header(reply)
+        assert (header.client_ip, header.client_port) == ("198.51.100.7", 4000)
+        assert stun.parse(reply[offset:]).msg_type == stun.BINDING_SUCCESS
+        outsider.close()
+        insider.close()
+
+
+def test_an_edge_replaced_with_redis_restores_its_flows_without_a_stun_packet(standin):
+    # One cluster relay worker: the new edge's internal ports hash its datagrams to some worker
+    # of --peer-listen's SO_REUSEPORT group, and peer flows are per worker (docs/relay.md).
+    cluster_relay = RelayProcess(
+        {0: standin.address}, cluster=CLUSTER, workers=1, peer_networks=("127.0.0.0/8",)
+    )
+    with RedisServer() as rds, cluster_relay:
+        redis_args = ["--redis-url", rds.url]
+        first = edge_of(cluster_relay, cluster_relay.peer_address, extra_args=redis_args)
+        client = udp(timeout_s=0.2)
+        with first:
+            assert stun_through(first, client)
+            store = redis.Redis.from_url(rds.url)
+            key = f"rtcedge:{EDGE_CLUSTER}:flow:127.0.0.1:{client.getsockname()[1]}"
+            # The route's target id (65536 + cluster) is what Redis keeps for the edge's flow.
+            assert wait_for(lambda: store.get(key), f"{EDGE_CLUSTER}:{route_id(CLUSTER)}".encode())
+        # A new edge process on the same public port, another internal address, same Redis.
+        second = edge_of(cluster_relay, cluster_relay.peer_address, extra_args=redis_args)
+        second.port = first.port
+        with second:
+            echoed = []
+            for i in range(100):  # RTP every 20 ms until one comes back, at most 2 s
+                client.sendto(b"\x80rtp %d" % i, second.address)
+                try:
+                    echoed.append(client.recv(4096))
+                    break
+                except TimeoutError:
+                    continue
+            assert echoed and echoed[0].startswith(b"T0:\x80rtp"), "recovered without STUN"
+            assert second.metric("rtcedge_relay_flows_restored_total", source="redis") >= 1
+        client.close()

@@ -220,15 +220,16 @@ class EchoCaller:
         self.echo = EchoTimes()
         self.pc.on("track", self.echo.listen)
 
-    async def connect(self, whip_url: str) -> None:
-        """Offer over WHIP, apply the answer, and wait (up to 15 s) for the echo to come back."""
+    async def connect(self, whip_url: str, headers: dict[str, str] | None = None) -> None:
+        """Offer over WHIP (with extra request ``headers``, e.g. a region), apply the answer,
+        and wait (up to 15 s) for the echo to come back."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
         async with (
             aiohttp.ClientSession() as http,
             http.post(
                 f"{whip_url}/whip",
                 data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp"},
+                headers={"Content-Type": "application/sdp", **(headers or {})},
             ) as resp,
         ):
             if resp.status != 201:

@@ -48,6 +48,7 @@ CLUSTER = merge(
         "transceiver": {
             "regions": [{"name": "eu", "addresses": ["198.51.100.7:3478"]}],
             "regionHeader": "X-Region",
+            "trustedProxies": ["10.244.7.0/24"],
             "regionPrefixes": [{"cidr": "192.0.2.0/24", "region": "eu"}],
         },
     },
@@ -114,6 +115,7 @@ def test_the_cluster_transceivers_answer_by_region(monkeypatch):
     args = ["--id", "1", *expand(container(trx)["args"], env)]
     assert "--region=eu=198.51.100.7:3478" in args
     assert "--region-header=X-Region" in args
+    assert "--trusted-proxy=10.244.7.0/24" in args
     assert "--region-prefix=192.0.2.0/24=eu" in args
     assert "--no-backup-candidate" not in args
     ctx = transceiver_cli.main.commands["serve"].make_context("serve", list(args))
@@ -145,6 +147,7 @@ def test_global_relay_releases_lint_without_warnings(values):
             {"globalRelay": {"routes": [{"cluster": 0, "addresses": ["10.0.0.1:3479"]}]}},
             "own clusterId",
         ),
+        ({"transceiver": {"regionHeader": "X-Region"}}, r"transceiver\.trustedProxies is required"),
         (
             {
                 "globalRelay": {
@@ -162,6 +165,7 @@ def test_global_relay_releases_lint_without_warnings(values):
         "ingress-without-networks",
         "ingress-from-anywhere",
         "own",
+        "header-untrusted",
         "twice",
     ],
 )

@@ -11,6 +11,7 @@ checked against). ``lookup`` finds nothing offline, as in ``helm template``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,37 @@ def container(obj: dict[str, Any]) -> dict[str, Any]:
 
 def env_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container(obj).get("env", [])}
+
+
+def resolve_env(obj: dict[str, Any], pod_ip: str, monkeypatch: Any) -> dict[str, str]:
+    """The container's environment with the downward API filled in as the kubelet would."""
+    for key in [k for k in os.environ if k.startswith("RTCEDGE_")]:
+        monkeypatch.delenv(key)
+    env: dict[str, str] = {}
+    for name, entry in env_of(obj).items():
+        if "value" in entry:
+            env[name] = expand([entry["value"]], env)[0]  # only variables defined before it
+            continue
+        ref = entry["valueFrom"]
+        if "fieldRef" in ref:
+            env[name] = {
+                "status.podIP": pod_ip,
+                "metadata.name": "rtcedge-transceiver-1",
+                "metadata.labels['apps.kubernetes.io/pod-index']": "1",
+            }[ref["fieldRef"]["fieldPath"]]
+        else:
+            env[name] = "from-a-secret"
+    for name, value in env.items():
+        if name.startswith("RTCEDGE_"):
+            monkeypatch.setenv(name, value)
+    return env
+
+
+def expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """The kubelet's $(VAR) expansion in command and args."""
+    out = []
+    for arg in args:
+        for name, value in env.items():
+            arg = arg.replace(f"$({name})", value)
+        out.append(arg)
+    return out

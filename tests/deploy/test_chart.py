@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import stat
 import subprocess
@@ -25,11 +24,13 @@ from tests.deploy.render import (
     ci_values,
     container,
     env_of,
+    expand,
     find,
     merge,
     notes,
     one,
     render,
+    resolve_env,
     workload,
 )
 from transceiver import cli as transceiver_cli
@@ -92,40 +93,6 @@ def test_every_object_is_in_the_release_namespace(name):
 # ---- the command lines, as the pods would run them ----
 
 
-def _resolve_env(obj, pod_ip: str, monkeypatch) -> dict[str, str]:
-    """The container's environment with the downward API filled in as the kubelet would."""
-    for key in [k for k in os.environ if k.startswith("RTCEDGE_")]:
-        monkeypatch.delenv(key)
-    env: dict[str, str] = {}
-    for name, entry in env_of(obj).items():
-        if "value" in entry:
-            env[name] = _expand([entry["value"]], env)[0]  # only variables defined before it
-            continue
-        ref = entry["valueFrom"]
-        if "fieldRef" in ref:
-            env[name] = {
-                "status.podIP": pod_ip,
-                "metadata.name": "rtcedge-transceiver-1",
-                "metadata.labels['apps.kubernetes.io/pod-index']": "1",
-            }[ref["fieldRef"]["fieldPath"]]
-        else:
-            env[name] = "from-a-secret"
-    for name, value in env.items():
-        if name.startswith("RTCEDGE_"):
-            monkeypatch.setenv(name, value)
-    return env
-
-
-def _expand(args: list[str], env: dict[str, str]) -> list[str]:
-    """The kubelet's $(VAR) expansion in command and args."""
-    out = []
-    for arg in args:
-        for name, value in env.items():
-            arg = arg.replace(f"$({name})", value)
-        out.append(arg)
-    return out
-
-
 @pytest.mark.parametrize("name", CI_NAMES)
 def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
     values = ci_values(name)
@@ -133,9 +100,9 @@ def test_relay_command_line_is_accepted_by_relay_serve(name, monkeypatch):
     relay = workload(objects, "relay")
     c = container(relay)
     family = values.get("ipFamily", "IPv4")
-    env = _resolve_env(relay, SAMPLE_POD_IP[family], monkeypatch)
+    env = resolve_env(relay, SAMPLE_POD_IP[family], monkeypatch)
     assert c["command"] == ["relay", "serve"]
-    args = _expand(c["args"], env)
+    args = expand(c["args"], env)
     serve = relay_cli.main.commands["serve"]
     ctx = serve.make_context("serve", list(args))
     config = relay_cli.build_config(ctx.params)
@@ -164,8 +131,8 @@ def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeyp
     values = ci_values(name)
     trx = workload(render(values), "transceiver")
     c = container(trx)
-    env = _resolve_env(trx, "10.9.9.9", monkeypatch)
-    args = _expand(c["args"], env)
+    env = resolve_env(trx, "10.9.9.9", monkeypatch)
+    args = expand(c["args"], env)
     if c["command"][0] == "/bin/sh":
         args = ["--id", "1", *args]  # what the wrapper adds (test_transceiver_id_from_pod_name)
     else:
@@ -256,7 +223,7 @@ def test_metrics_listen_on_the_pod_ip_and_probes_still_reach_them(name, monkeypa
         for probe in (c["livenessProbe"], c["readinessProbe"]):
             assert "host" not in probe["httpGet"]  # the kubelet connects to the pod IP
     trx = workload(objects, "transceiver")
-    env = _resolve_env(trx, pod_ip, monkeypatch)
+    env = resolve_env(trx, pod_ip, monkeypatch)
     wanted = f"[{pod_ip}]:9479" if family == "IPv6" else f"{pod_ip}:9479"
     assert env["RTCEDGE_METRICS"] == wanted
     ports = {p["name"]: p for p in container(trx)["ports"]}
@@ -265,7 +232,7 @@ def test_metrics_listen_on_the_pod_ip_and_probes_still_reach_them(name, monkeypa
     # Once the transceiver knows --metrics, its parser reads it from RTCEDGE_METRICS.
     params = (
         transceiver_cli.main.commands["serve"]
-        .make_context("serve", ["--id", "1", *_expand(container(trx)["args"], env)])
+        .make_context("serve", ["--id", "1", *expand(container(trx)["args"], env)])
         .params
     )
     if "metrics" in params:
@@ -372,13 +339,13 @@ def test_deny_and_allow_networks_reach_the_relay_only_when_set(monkeypatch):
     deny, allow = ["198.18.0.0/15", "2001:db8::/32"], ["10.8.0.0/16"]
     values = merge(PUBLIC, {"relay": {"denyNetworks": deny, "allowNetworks": allow}})
     relay = workload(render(values), "relay")
-    env = _resolve_env(relay, "10.1.2.3", monkeypatch)
+    env = resolve_env(relay, "10.1.2.3", monkeypatch)
     assert env["RTCEDGE_DENY_NETWORKS"] == "198.18.0.0/15,2001:db8::/32"
     assert env["RTCEDGE_ALLOW_NETWORKS"] == "10.8.0.0/16"
     # Once the relay knows the options, its parser reads them from there.
     params = (
         relay_cli.main.commands["serve"]
-        .make_context("serve", _expand(container(relay)["args"], env))
+        .make_context("serve", expand(container(relay)["args"], env))
         .params
     )
     for option, wanted in (("deny_networks", deny), ("allow_networks", allow)):
@@ -579,7 +546,7 @@ def test_redis_reaches_the_relay_only_through_its_environment(redis, url, passwo
 def test_redis_over_tls_mounts_the_ca_for_the_relay(monkeypatch):
     values = ci_values("ipv6-external-redis")
     relay = workload(render(values), "relay")
-    env = _resolve_env(relay, SAMPLE_POD_IP["IPv6"], monkeypatch)
+    env = resolve_env(relay, SAMPLE_POD_IP["IPv6"], monkeypatch)
     assert env["RTCEDGE_REDIS_CA_FILE"] == "/etc/rtcedge/redis-ca/ca.crt"
     pod = relay["spec"]["template"]["spec"]
     assert {"name": "redis-ca", "secret": {"secretName": "redis-ca", "defaultMode": 0o444}} in (
@@ -589,7 +556,7 @@ def test_redis_over_tls_mounts_the_ca_for_the_relay(monkeypatch):
         container(relay)["volumeMounts"]
     )
     ctx = relay_cli.main.commands["serve"].make_context(
-        "serve", _expand(container(relay)["args"], env)
+        "serve", expand(container(relay)["args"], env)
     )
     config = relay_cli.build_config(ctx.params)
     assert config.redis_url == "rediss://redis.cache.svc.cluster.local:6380/0"

@@ -308,3 +308,49 @@ those as plain string prefixes). Call with one entry of transceiver.ingress.host
 {{- fail (printf "transceiver.ingress: path %s (%s) would publish /metrics, /healthz or /readyz; route only the WHIP and page paths: /whip (Prefix), / (Exact), /static (Prefix), the defaults" $path .pathType) }}
 {{- end }}
 {{- end }}
+
+{{/* Global Relay (docs/global-relay.md): the rules the schema cannot say, checked once. */}}
+{{- define "rtcedge.globalRelay.check" -}}
+{{- $g := .Values.globalRelay }}
+{{- if and (eq $g.role "edge") (not $g.routes) }}
+{{- fail "globalRelay.routes is required with globalRelay.role=edge: an edge relay has no transceivers, it forwards every hint to its cluster's relays" }}
+{{- end }}
+{{- if and $g.peerIngress.enabled (not $g.peerIngress.networks) }}
+{{- fail "globalRelay.peerIngress.networks is required with globalRelay.peerIngress.enabled: the networks edge relays send from (--peer-network); encapsulated datagrams name the client they speak for, so nobody else may send them" }}
+{{- end }}
+{{- range $g.peerIngress.networks }}
+{{- if or (eq . "0.0.0.0/0") (eq . "::/0") }}
+{{- fail (printf "globalRelay.peerIngress.networks: %s is every address; list the networks your edge relays send from" .) }}
+{{- end }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $g.routes }}
+{{- if eq (int .cluster) (int $.Values.clusterId) }}
+{{- fail (printf "globalRelay.routes: cluster %d is this release's own clusterId; its hints go to its transceivers" (int .cluster)) }}
+{{- end }}
+{{- if hasKey $seen (toString .cluster) }}
+{{- fail (printf "globalRelay.routes: cluster %d is listed twice" (int .cluster)) }}
+{{- end }}
+{{- $_ := set $seen (toString .cluster) true }}
+{{- end }}
+{{- end }}
+
+{{/* Does this release run transceivers? Not as an edge (relays only). */}}
+{{- define "rtcedge.hasTransceivers" -}}
+{{- if ne .Values.globalRelay.role "edge" }}true{{ end }}
+{{- end }}
+
+{{/* The hosts of every route address, as /32 or /128 CIDRs in JSON (NetworkPolicy ipBlocks). */}}
+{{- define "rtcedge.globalRelay.routeHosts" -}}
+{{- $hosts := list }}
+{{- range .Values.globalRelay.routes }}
+{{- range .addresses }}
+{{- if hasPrefix "[" . }}
+{{- $hosts = append $hosts (printf "%s/128" (regexReplaceAll "^\\[(.*)\\]:[0-9]+$" . "${1}")) }}
+{{- else }}
+{{- $hosts = append $hosts (printf "%s/32" (regexReplaceAll ":[0-9]+$" . "")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson ($hosts | uniq) }}
+{{- end }}

@@ -33,7 +33,7 @@ EDGE = {
         "role": "edge",
         "routes": [
             {"cluster": 1, "addresses": ["10.20.0.10:3479", "10.20.0.11:3479"]},
-            {"cluster": 2, "addresses": ["[fd00:20::10]:3479"]},
+            {"cluster": 2, "addresses": ["10.21.0.10:3479"]},
         ],
     },
     "relay": {"publicAddress": "198.51.100.7:3478"},
@@ -55,10 +55,10 @@ CLUSTER = merge(
 )
 
 
-def relay_params(values: dict, monkeypatch) -> tuple[list[str], dict]:
+def relay_params(values: dict, monkeypatch, pod_ip: str = "10.1.2.3") -> tuple[list[str], dict]:
     """The relay container's expanded args, and what ``relay serve`` parses from them."""
     relay = workload(render(values), "relay")
-    env = resolve_env(relay, "10.1.2.3", monkeypatch)
+    env = resolve_env(relay, pod_ip, monkeypatch)
     args = expand(container(relay)["args"], env)
     ctx = relay_cli.main.commands["serve"].make_context("serve", list(args))
     relay_cli.build_config(ctx.params)  # raises on anything the relay would refuse at start
@@ -72,7 +72,7 @@ def test_an_edge_release_runs_relays_only(monkeypatch):
     assert not find(objects, "StatefulSet")
     args, _ = relay_params(EDGE, monkeypatch)
     assert "--route=1=10.20.0.10:3479,10.20.0.11:3479" in args
-    assert "--route=2=[fd00:20::10]:3479" in args
+    assert "--route=2=10.21.0.10:3479" in args
     assert not any(a.startswith("--transceiver") for a in args)
     assert not any(a.startswith("--peer-listen") for a in args)
     # Replies from the routed clusters' relays reach the internal ports, nothing else does.
@@ -83,9 +83,25 @@ def test_an_edge_release_runs_relays_only(monkeypatch):
     assert [p["ipBlock"]["cidr"] for p in internal["from"]] == [
         "10.20.0.10/32",
         "10.20.0.11/32",
-        "fd00:20::10/128",
+        "10.21.0.10/32",
     ]
     assert "198.51.100.7:3478" in notes(EDGE)
+
+
+def test_an_ipv6_edge_routes_to_ipv6_ingresses(monkeypatch):
+    values = merge(
+        EDGE,
+        {
+            "ipFamily": "IPv6",
+            "relay": {"publicAddress": "[2001:db8::7]:3478"},
+            "globalRelay": {"routes": [{"cluster": 1, "addresses": ["[fd00:20::10]:3479"]}]},
+        },
+    )
+    args, _ = relay_params(values, monkeypatch, pod_ip="fd00::1:2:3")
+    assert "--route=1=[fd00:20::10]:3479" in args
+    policy = one(render(values), "NetworkPolicy", "rtcedge-relay")
+    internal = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 4000)
+    assert internal["from"] == [{"ipBlock": {"cidr": "fd00:20::10/128"}}]
 
 
 def test_a_cluster_release_has_an_ingress_for_edges(monkeypatch):
@@ -149,6 +165,10 @@ def test_global_relay_releases_lint_without_warnings(values):
         ),
         ({"transceiver": {"regionHeader": "X-Region"}}, r"transceiver\.trustedProxies is required"),
         (
+            {"globalRelay": {"routes": [{"cluster": 1, "addresses": ["[fd00::1]:3479"]}]}},
+            "is not an IPv4 address",
+        ),
+        (
             {
                 "globalRelay": {
                     "routes": [
@@ -166,6 +186,7 @@ def test_global_relay_releases_lint_without_warnings(values):
         "ingress-from-anywhere",
         "own",
         "header-untrusted",
+        "other-family",
         "twice",
     ],
 )

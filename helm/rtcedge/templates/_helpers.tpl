@@ -332,6 +332,11 @@ those as plain string prefixes). Call with one entry of transceiver.ingress.host
 {{- fail (printf "globalRelay.routes: cluster %d is listed twice" (int .cluster)) }}
 {{- end }}
 {{- $_ := set $seen (toString .cluster) true }}
+{{- range .addresses }}
+{{- if ne (hasPrefix "[" .) (eq $.Values.ipFamily "IPv6") }}
+{{- fail (printf "globalRelay.routes: %s is not an %s address (ipFamily): relays send to their routes from the pod network" . $.Values.ipFamily) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -6,10 +6,10 @@ A bad value used to surface from a child process, naming that process's option a
 here the same rules run in ``up`` and the error names ``up``'s option. Host names are resolved to
 the address literal the services need (the first one the resolver gives, as a client would).
 
-Also checked before anything starts: that ``--http``'s TCP port is free (another instance there
-would answer a readiness probe meant for ours), and which address
-the answers advertise for a relay listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no
-address a client can send to.
+Also checked before anything starts: that ``--http``'s TCP port and ``--relay``'s UDP port are
+free (another instance on the first would answer a readiness probe meant for ours; another relay
+on the second would split the calls), and which address the answers advertise for a relay
+listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no address a client can send to.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from common.config import ConfigError, format_host_port, parse_host_port
 from relay.config import RelayConfig
+from relay.portclaim import Holder, could_share_port, try_claim
 from transceiver.config import TransceiverConfig
 from transceiver.tokens import read_secrets_file
 
@@ -130,10 +131,37 @@ class UpAddresses:
     advertised_why: str  # how ``advertised`` was chosen, for the ready line
     internal_host: str  # the relay's internal sockets, towards the transceiver
 
-    def check_http_port_free(self) -> None:
-        """ConfigError naming ``--http`` when its port is in use. (The relay refuses a port
-        another relay holds itself, naming it: relay/portclaim.py.)"""
+    def check_ports_free(self) -> None:
+        """ConfigError naming ``--http`` or ``--relay`` when its port is taken, before anything
+        starts: no ``ready`` that is not ours, and a message in ``up``'s own words (the relay
+        would refuse a port another relay holds too, but naming its own options)."""
         check_port_free("--http", self.http)
+        check_relay_port_free(self.relay)
+
+
+def check_relay_port_free(address: tuple[str, int]) -> None:
+    """ConfigError naming ``--relay`` when another relay holds the UDP port's claim
+    (relay/portclaim.py) or any socket is bound to the address."""
+    fam = family(address[0])
+    claim = try_claim(fam, address[1])
+    if isinstance(claim, Holder):
+        if could_share_port(claim):
+            raise ConfigError(
+                "--relay",
+                f"UDP port {address[1]} is served by another relay ({claim.describe()}): another "
+                "`rtcedge up`? stop it or pick another port",
+            )
+    else:
+        claim.close()
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(address)
+        except OSError as exc:
+            raise ConfigError(
+                "--relay",
+                f"UDP {format_host_port(*address)} is in use ({exc.strerror}): stop what "
+                "listens there or pick another port",
+            ) from None
 
 
 def check_up_options(

@@ -117,7 +117,7 @@ def up(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        addresses.check_http_port_free()
+        addresses.check_ports_free()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     with from_checkout("rtcedge up"):

@@ -1,6 +1,7 @@
-"""A second ``rtcedge up`` on a relay port the first one holds fails with the relay's message and
-never says ``ready`` (real processes): SO_REUSEPORT would have let its relay join the first one's
-port group silently, and the two would have split the calls between them."""
+"""A second ``rtcedge up`` on a relay port the first one holds fails before starting anything,
+naming ``--relay`` and the relay holding the port, and never says ``ready`` (real processes):
+SO_REUSEPORT would have let its relay join the first one's port group silently, and the two would
+have split the calls between them. So does one on a UDP port any other program holds."""
 
 from __future__ import annotations
 
@@ -45,8 +46,11 @@ def test_second_up_on_the_same_relay_port_fails_without_ready():
         output = second.stdout + second.stderr
         assert second.returncode != 0, output
         assert "rtcedge up: ready" not in output
-        assert f"127.0.0.1:{relay_port}" in output
-        assert f"another relay (pid {relay_pid})" in output
+        assert f"--relay: UDP port {relay_port} is served by another relay (pid {relay_pid})" in (
+            output
+        )
+        assert "python -m relay" not in output, "in up's words, not the relay's"
+        assert not (set(descendants(first.pid)) - set(children)), "nothing else started"
         assert first.poll() is None, "the first `up` keeps running"
     finally:
         if first.poll() is None:
@@ -57,3 +61,19 @@ def test_second_up_on_the_same_relay_port_fails_without_ready():
             reader.join(timeout=5)
         assert first.stdout is not None
         first.stdout.close()
+
+
+def test_up_on_a_udp_port_another_program_holds_fails_naming_relay():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(
+            up_command(free_port("127.0.0.1", socket.SOCK_STREAM), port),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=REPO,
+            timeout=READY_TIMEOUT_S,
+        )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert f"--relay: UDP 127.0.0.1:{port} is in use" in output
+    assert "rtcedge up: ready" not in output and "relay serve" not in output

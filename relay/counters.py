@@ -94,7 +94,9 @@ FLOWS_EVICTED = REDIS_OPS + len(REDIS_RESULTS)  # + index in relay.flows.EVICTIO
 PEER_FLOWS = FLOWS_EVICTED + len(EVICTIONS)  # + index in PEER_FLOW_STATS
 PEER_FLOW_STATS = ("created", "expired", "evicted", "active_pending", "active_confirmed")
 ROUTE_FAILOVERS = PEER_FLOWS + len(PEER_FLOW_STATS)
-SLOTS = ROUTE_FAILOVERS + 1
+PEER_FLOWS_RESTORED = ROUTE_FAILOVERS + 1  # from the journal
+PEER_FLOWS_RESTORED_REDIS = PEER_FLOWS_RESTORED + 1
+SLOTS = PEER_FLOWS_RESTORED_REDIS + 1
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -156,7 +158,7 @@ class RelayCollector:
         restored = CounterMetricFamily(
             "rtcedge_relay_flows_restored",
             "Confirmed flows restored: from a crashed worker's journal, or from Redis.",
-            labels=["worker", "source"],
+            labels=["worker", "table", "source"],
         )
         redis_ops = CounterMetricFamily(
             "rtcedge_relay_redis_operations",
@@ -200,8 +202,10 @@ class RelayCollector:
             active.add_metric([name, "peer_pending"], b[PEER_FLOWS + 3])
             active.add_metric([name, "peer_confirmed"], b[PEER_FLOWS + 4])
             failovers.add_metric([name], b[ROUTE_FAILOVERS])
-            restored.add_metric([name, "journal"], b[FLOWS_RESTORED])
-            restored.add_metric([name, "redis"], b[FLOWS_RESTORED_REDIS])
+            restored.add_metric([name, "confirmed", "journal"], b[FLOWS_RESTORED])
+            restored.add_metric([name, "confirmed", "redis"], b[FLOWS_RESTORED_REDIS])
+            restored.add_metric([name, "peer", "journal"], b[PEER_FLOWS_RESTORED])
+            restored.add_metric([name, "peer", "redis"], b[PEER_FLOWS_RESTORED_REDIS])
             for i, (op, result) in enumerate(REDIS_RESULTS):
                 redis_ops.add_metric([name, op, result], b[REDIS_OPS + i])
             for i, (table, scope) in enumerate(EVICTIONS):

@@ -9,7 +9,11 @@ follow a change, happens here:
   full first-packet budgets, export the flow counters;
 - at start: restore the flows a crashed predecessor journalled; later, those Redis knew;
 - per new or re-pointed flow a transceiver names (``confirm``): the table, its journal slot, its
-  send descriptor (relay.headers) and its Redis record, in step.
+  send descriptor (relay.headers) and its Redis record, in step;
+- a cluster relay's confirmed peer flows (relay.peerflows) the same way: journalled with their
+  edge in a journal of their own (``peer_journal``), written behind to Redis under the client's
+  key (a client is the same client whichever way it came), looked up when an edge sends media
+  for a client without one (``look_up_peer``) and restored with the edge that sent it.
 
 Written for reading; ``now`` is the worker's coarse monotonic second, passed in.
 """
@@ -26,7 +30,7 @@ from relay.flowcache import RedisFlowCache
 from relay.flows import EVICTIONS, ConfirmedFlow, FlowTable
 from relay.headers import FlowHeaders
 from relay.journal import FlowJournal
-from relay.peerflows import PeerFlowTable
+from relay.peerflows import PeerFlow, PeerFlowTable
 from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing, Target
@@ -62,6 +66,9 @@ class Housekeeping:
         self.refreshed: set[Hashable] = set()  # clients a transceiver sent to since the last tick
         self.cache: RedisFlowCache | None = None  # started in start(), after the fork
         self.peer_flows: PeerFlowTable | None = None  # a cluster relay's (relay.peerflows)
+        self.peer_journal: FlowJournal | None = None
+        self._peer_lookups: dict[Hashable, bytes] = {}  # in-flight Redis lookups: client -> edge
+        self._last_tick = 0
         self.generation = -1
         self.serving = False
         self._next_confirmed_sweep = 0
@@ -141,12 +148,16 @@ class Housekeeping:
             ctr[C.FLOWS_EVICTED + i] = flows.evicted[scope]
         peer = self.peer_flows
         if peer is not None:
+            if cache is not None and peer.flows:
+                self._store_heard_peer_flows(now)
             peer.expire(now)
+            self._release_peer_slots()
             pending = peer.count_pending()
             for i, value in enumerate(
                 (peer.created, peer.expired, peer.evicted, pending, len(peer.flows) - pending)
             ):
                 ctr[C.PEER_FLOWS + i] = value
+        self._last_tick = now
 
     # -- confirmed flows and what follows them ---------------------------------------------------
     def confirm(self, key: Hashable, target: Target, now: int) -> bool:
@@ -168,6 +179,7 @@ class Housekeeping:
 
     def restore_journal(self, now: int) -> int:
         """Flows a crashed predecessor journalled: recreate them, in the slots they had."""
+        self._restore_peer_journal(now)
         restored = 0
         targets = self.routing.targets
         for slot, raw, tid in self.journal.attach():
@@ -195,7 +207,13 @@ class Housekeeping:
         """Flows Redis knew: recreate them (a relay replaced while its calls went on)."""
         assert self.cache is not None
         targets = self.routing.targets
+        peer_lookups = self._peer_lookups
         for key, tid in self.cache.take_results(time.monotonic()):
+            if peer_lookups:
+                edge = peer_lookups.pop(key, None)
+                if edge is not None:
+                    self._restore_peer_flow(key, tid, edge, now)
+                    continue
             target = targets.get(tid)
             if target is None or key in self.flows.confirmed or self.denies(key):
                 continue
@@ -205,6 +223,10 @@ class Housekeeping:
                 continue
             self._journal_and_wire(key, flow, target)
             self.ctr[C.FLOWS_RESTORED_REDIS] += 1
+        if peer_lookups:  # the misses: no longer in flight
+            in_flight = self.cache.in_flight
+            for key in [k for k in peer_lookups if k not in in_flight]:
+                del peer_lookups[key]
 
     def _free(self, flows: list[ConfirmedFlow]) -> None:
         """Release the journal slots (and so the header slots) of flows that left the table."""
@@ -218,3 +240,84 @@ class Housekeeping:
             # leaves frees its slot. A restarted worker rebuilds both from the journal.
             raise RuntimeError("flow journal full: out of step with the flow table")
         flow.wire = self.headers.flow_wire(key, target, flow.slot)
+
+    # -- a cluster relay's peer flows (relay.peerflows) ------------------------------------------
+    def peer_confirmed(self, key: Hashable, flow: PeerFlow, now: int) -> None:
+        """A peer flow's target answered for the first time, or another target did: journal it
+        and write it behind, as ``confirm`` does for a client flow."""
+        self.journal_peer(key, flow)
+        if self.cache is not None:
+            flow.stored_at = now
+            self.cache.store(key, self.keys.host_port(key), flow.target.tid)
+
+    def journal_peer(self, key: Hashable, flow: PeerFlow) -> None:
+        """(Re)write a confirmed peer flow's record: new, re-pointed, or heard through another
+        edge. A journal out of slots (it cannot be: it has one per flow the table may hold, and
+        every flow that leaves releases its slot) leaves the flow unjournalled, not the worker
+        dead."""
+        journal = self.peer_journal
+        if journal is None:
+            return
+        self._release_peer_slots()
+        flow.slot = journal.write(self.keys.to_bytes(key), flow.target.tid, flow.slot, flow.edge)
+
+    def look_up_peer(self, key: Hashable, edge: bytes) -> None:
+        """An edge sent media for a client without a peer flow: after a restart, or from an edge
+        that now hashes to this worker, Redis may know the client's target."""
+        cache = self.cache
+        if cache is not None and cache.lookup(key, self.keys.host_port(key), time.monotonic()):
+            self._peer_lookups[key] = edge
+
+    def _restore_peer_flow(self, key: Hashable, tid: int, edge: bytes, now: int) -> None:
+        peer = self.peer_flows
+        target = self.routing.targets.get(tid)
+        if peer is None or target is None:
+            return
+        flow = peer.restore(key, target, edge, now)
+        if flow is None:  # the client came through an edge meanwhile, with a STUN check
+            return
+        self.journal_peer(key, flow)
+        self.ctr[C.PEER_FLOWS_RESTORED_REDIS] += 1
+
+    def _restore_peer_journal(self, now: int) -> None:
+        """Peer flows a crashed predecessor journalled, with the edge each came through last."""
+        journal, peer = self.peer_journal, self.peer_flows
+        if journal is None or peer is None:
+            return
+        targets = self.routing.targets
+        restored = 0
+        for slot, raw, tid in journal.attach():
+            target = targets.get(tid)
+            edge = journal.extra(slot)
+            flow = None
+            if target is not None and edge:
+                flow = peer.restore(self.keys.from_bytes(raw), target, edge, now)
+            if flow is None:
+                journal.clear(slot)
+                continue
+            flow.slot = slot
+            restored += 1
+        self._release_peer_slots()
+        self.ctr[C.PEER_FLOWS_RESTORED] += restored
+
+    def _release_peer_slots(self) -> None:
+        peer, journal = self.peer_flows, self.peer_journal
+        if peer is None or not peer.released:
+            return
+        if journal is not None:
+            for slot in peer.released:
+                journal.clear(slot)
+        peer.released.clear()
+
+    def _store_heard_peer_flows(self, now: int) -> None:
+        """Write behind, every half idle TTL, the confirmed peer flows an edge sent for since
+        the last tick (the table is in heard order: the newest are at its end)."""
+        assert self.cache is not None and self.peer_flows is not None
+        rewrite_after = self.config.limits.idle_ttl_s // 2
+        since = self._last_tick
+        for key, flow in reversed(self.peer_flows.flows.items()):
+            if flow.heard < since:
+                break
+            if flow.confirmed and now - flow.stored_at >= rewrite_after:
+                flow.stored_at = now
+                self.cache.store(key, self.keys.host_port(key), flow.target.tid)

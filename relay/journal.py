@@ -9,6 +9,10 @@ Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | targe
 bits (2 B, big endian) | key (up to 24 B, see relay.peerkey) | target id, high 16 bits (2 B: a
 route's id, relay.flows.ROUTE_ID_BASE and up) | padding. The state byte is written last and
 cleared first, so a worker killed mid-write leaves at most one record that reads as free.
+
+A journal made with ``extra_len`` (a cluster relay's peer flows, relay.peerflows) appends to each
+record a length byte and up to ``extra_len`` bytes (the edge's sockaddr), written before the
+state byte like the rest; its records are 32 bytes longer per 32 bytes of extra.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ _HIGH = 4 + MAX_KEY_LEN  # offset of the target id's high 16 bits
 
 
 class FlowJournal:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, extra_len: int = 0) -> None:
         self.capacity = capacity
-        self._map = mmap.mmap(-1, max(capacity * RECORD_LEN, mmap.PAGESIZE))
+        self.extra_len = extra_len
+        extra_records = -(-(extra_len + 1) // RECORD_LEN) if extra_len else 0  # length byte too
+        self.record_len = RECORD_LEN * (1 + extra_records)
+        self._map = mmap.mmap(-1, max(capacity * self.record_len, mmap.PAGESIZE))
         self._mv = memoryview(self._map)
         self._free: list[int] = []
 
@@ -34,7 +41,7 @@ class FlowJournal:
         mv = self._mv
         self._free = []
         for slot in range(self.capacity - 1, -1, -1):
-            off = slot * RECORD_LEN
+            off = slot * self.record_len
             if mv[off] != 1:
                 self._free.append(slot)
                 continue
@@ -50,15 +57,20 @@ class FlowJournal:
                 | int.from_bytes(mv[off + 2 : off + 4], "big"),
             )
 
-    def write(self, key: bytes, target_id: int, slot: int = -1) -> int:
+    def write(self, key: bytes, target_id: int, slot: int = -1, extra: bytes = b"") -> int:
         """Store (or overwrite) a record; returns its slot, or -1 when the journal is full."""
         if slot < 0:
             if not self._free:
                 return -1
             slot = self._free.pop()
-        off = slot * RECORD_LEN
+        off = slot * self.record_len
         mv = self._mv
         mv[off] = 0
+        if self.extra_len:
+            if len(extra) > self.extra_len:
+                raise ValueError("journal extra longer than its records hold")
+            mv[off + RECORD_LEN] = len(extra)
+            mv[off + RECORD_LEN + 1 : off + RECORD_LEN + 1 + len(extra)] = extra
         mv[off + 1] = len(key)
         tid = target_id.to_bytes(4, "big")
         mv[off + 2 : off + 4] = tid[2:]
@@ -67,9 +79,17 @@ class FlowJournal:
         mv[off] = 1
         return slot
 
+    def extra(self, slot: int) -> bytes:
+        """The extra bytes of a live record (b"" in a journal without them)."""
+        if not self.extra_len:
+            return b""
+        off = slot * self.record_len + RECORD_LEN
+        n = min(self._mv[off], self.extra_len)
+        return bytes(self._mv[off + 1 : off + 1 + n])
+
     def clear(self, slot: int) -> None:
         if slot >= 0:
-            self._mv[slot * RECORD_LEN] = 0
+            self._mv[slot * self.record_len] = 0
             self._free.append(slot)
 
     def reset(self) -> None:

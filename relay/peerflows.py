@@ -15,7 +15,14 @@ leave from the edge's public port:
 - *live* while its edge was heard within ``path_ttl_s``: replies go to the edge. After that
   they go to the client directly (a client that moved to the cluster's own address, its backup
   candidate), through the ordinary confirmed flows;
-- expired after ``pending_ttl_s`` unconfirmed, or ``idle_ttl_s`` without a datagram from an edge.
+- expired after ``pending_ttl_s`` unconfirmed, or ``idle_ttl_s`` without a datagram from an edge;
+- *restored* confirmed, with no known hint, from the worker's journal or from Redis (the client
+  flows' mechanisms, relay.housekeeping): a restarted worker or relay forwards the client's media
+  from its first datagram instead of waiting for its next consent check.
+
+``slot`` and ``stored_at`` belong to relay.housekeeping (journal slot, last Redis write): a flow
+that leaves the table puts its slot in ``released``, which the housekeeping frees in the journal
+before it writes another record.
 
 Bounds (against a compromised or misbehaving peer: only sources inside --peer-network reach this
 table at all, docs/security.md): per hint ``max_flows_per_hint`` and per worker
@@ -36,15 +43,17 @@ from relay.flows import FlowLimits
 
 
 class PeerFlow:
-    __slots__ = ("confirmed", "created", "edge", "heard", "target", "ufrag")
+    __slots__ = ("confirmed", "created", "edge", "heard", "slot", "stored_at", "target", "ufrag")
 
-    def __init__(self, target: Any, ufrag: str, edge: bytes, now: int) -> None:
+    def __init__(self, target: Any, ufrag: str | None, edge: bytes, now: int) -> None:
         self.target = target
-        self.ufrag = ufrag
+        self.ufrag = ufrag  # None: restored, hint unknown (counts only per worker)
         self.edge = edge
         self.heard = now
         self.created = now
         self.confirmed = False
+        self.slot = -1
+        self.stored_at = now
 
 
 class PeerFlowTable:
@@ -57,7 +66,9 @@ class PeerFlowTable:
         self.flows: OrderedDict[Hashable, PeerFlow] = OrderedDict()
         self._pending: dict[Hashable, None] = {}  # creation order = pending expiry order
         self._of_hint: dict[str, dict[Hashable, None]] = {}
+        self.released: list[int] = []  # journal slots of flows that left the table
         self.created = 0
+        self.restored = 0
         self.expired = 0
         self.evicted = 0
 
@@ -77,15 +88,24 @@ class PeerFlowTable:
             idlest = min(same_hint, key=lambda k: flows[k].heard)
             self._remove(idlest, flows[idlest])
             self.evicted += 1
-        if len(self.flows) >= lim.max_confirmed_flows:
-            oldest = next(iter(self.flows))
-            self._remove(oldest, self.flows[oldest])
-            self.evicted += 1
+        self._make_room()
         flow = PeerFlow(target, ufrag, edge, now)
         self.flows[key] = flow
         self._pending[key] = None
         self._of_hint.setdefault(ufrag, {})[key] = None
         self.created += 1
+        return flow
+
+    def restore(self, key: Hashable, target: Any, edge: bytes, now: int) -> PeerFlow | None:
+        """A confirmed flow found in the journal or in Redis (hint unknown); None when the
+        client has a flow already."""
+        if key in self.flows:
+            return None
+        self._make_room()
+        flow = PeerFlow(target, None, edge, now)
+        flow.confirmed = True
+        self.flows[key] = flow
+        self.restored += 1
         return flow
 
     def heard(self, key: Hashable, flow: PeerFlow, edge: bytes, now: int) -> None:
@@ -95,12 +115,18 @@ class PeerFlowTable:
             flow.heard = now
             self.flows.move_to_end(key)
 
-    def confirm(self, key: Hashable, flow: PeerFlow, target: Any) -> None:
-        """The target (or another one, which then owns the client) sent for this client."""
+    def confirm(self, key: Hashable, flow: PeerFlow, target: Any) -> bool:
+        """The target (or another one, which then owns the client) sent for this client; True
+        when that made the flow confirmed or re-pointed it (to be journalled and stored)."""
+        if flow.confirmed:
+            if flow.target is target:
+                return False
+            flow.target = target
+            return True
         flow.target = target
-        if not flow.confirmed:
-            flow.confirmed = True
-            self._pending.pop(key, None)
+        flow.confirmed = True
+        self._pending.pop(key, None)
+        return True
 
     def live(self, flow: PeerFlow, now: int) -> bool:
         """Do replies still go back through the edge?"""
@@ -138,9 +164,20 @@ class PeerFlowTable:
     def count_pending(self) -> int:
         return len(self._pending)
 
+    def _make_room(self) -> None:
+        if len(self.flows) >= self.limits.max_confirmed_flows:
+            oldest = next(iter(self.flows))
+            self._remove(oldest, self.flows[oldest])
+            self.evicted += 1
+
     def _remove(self, key: Hashable, flow: PeerFlow) -> None:
         del self.flows[key]
+        if flow.slot >= 0:
+            self.released.append(flow.slot)
+            flow.slot = -1
         self._pending.pop(key, None)
+        if flow.ufrag is None:
+            return
         same_hint = self._of_hint[flow.ufrag]
         del same_hint[key]
         if not same_hint:

@@ -35,6 +35,7 @@ from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CONFIG_GENERATION, PEER_EDGE, PEER_ROUTES, PEER_TRANSCEIVER, CounterArea
 from relay.journal import FlowJournal
+from relay.mmsg import SOCKADDR_LEN
 from relay.portclaim import Holder, could_share_port, drain, try_claim
 from relay.worker import Worker
 
@@ -210,6 +211,14 @@ class Supervisor:
         self.peer_sockets = open_peer_sockets(config)
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
+        # A cluster relay's peer flows (relay.peerflows), with the edge's sockaddr in each record.
+        self.peer_journals: list[FlowJournal | None] = [None] * len(self.sockets)
+        if config.peer_listen is not None:
+            edge_len = SOCKADDR_LEN[config.peer_family]
+            self.peer_journals = [
+                FlowJournal(config.limits.max_confirmed_flows, extra_len=edge_len)
+                for _ in self.sockets
+            ]
         self.control = ControlBlock()
         self._publish(self.routing)
         cpus = sorted(os.sched_getaffinity(0))
@@ -309,6 +318,7 @@ class Supervisor:
             self.journals[slot.index],
             self.control,
             peer=self.peer_sockets[slot.index],
+            peer_journal=self.peer_journals[slot.index],
         )
         gc.freeze()
         worker.run()

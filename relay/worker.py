@@ -93,6 +93,7 @@ class Worker:
         journal: FlowJournal,
         control: ControlBlock,
         peer: socket.socket | None = None,
+        peer_journal: FlowJournal | None = None,
     ) -> None:
         self.index = index
         self.config = config
@@ -142,6 +143,7 @@ class Worker:
         self.peer = peer
         self.peer_flows = PeerFlowTable(config.limits, config.peer_path_ttl_s)
         self.housekeeping.peer_flows = self.peer_flows
+        self.housekeeping.peer_journal = peer_journal
         self.live_peer_flows = self.peer_flows.flows  # the hot path's truthiness check
         self._known_edges: dict[Hashable, bool] = {}
         # Every source is refused at --peer-listen unless a --peer-network holds it.
@@ -477,7 +479,8 @@ class Worker:
         self, key: Hashable, flow: PeerFlow, target: Target, base: int, n: int
     ) -> None:
         """A reply for a client of a live peer flow: as received (header and all) to its edge."""
-        self.peer_flows.confirm(key, flow, target)
+        if self.peer_flows.confirm(key, flow, target):
+            self.housekeeping.peer_confirmed(key, flow, self.now)
         sb = self.tx_peer
         j = self._peer_k
         edge = flow.edge
@@ -563,8 +566,9 @@ class Worker:
             stun = CLASS_BY_FIRST_BYTE[data[base + hl]] == _STUN
             flow = flows.get(key)
             if flow is None:
-                if not stun:
+                if not stun:  # a restart, or a new edge hashed here? Redis may know the client
                     ctr[_DROP["no_flow"]] += 1
+                    self.housekeeping.look_up_peer(key, edge)
                     continue
                 decided = hint_target(
                     data[base + hl : base + length], self.routing, self.config.cluster, self.wall
@@ -576,8 +580,11 @@ class Worker:
             elif not flow.confirmed and not stun:
                 ctr[_DROP["not_confirmed"]] += 1
                 continue
-            else:
+            elif flow.edge == edge or flow.slot < 0:
                 table.heard(key, flow, edge, now)
+            else:  # a journalled flow heard through another edge: its record follows
+                table.heard(key, flow, edge, now)
+                self.housekeeping.journal_peer(key, flow)
             data[base + HOP_LIMIT_OFFSET] = hops
             shdrs[k * MMSGHDR_WORDS + W_NAME] = flow.target.ptr
             siov[k * 2] = rb.data_addr + base

@@ -85,6 +85,34 @@ def test_flows_of_a_target_that_left_are_forgotten():
     assert t.remove_target(0) == 1 and list(t.flows) == [2]
 
 
+def test_confirming_reports_only_a_new_or_re_pointed_flow():
+    t = table()
+    flow = t.admit(1, "hint", T0, EDGE_A, now=1)
+    assert t.confirm(1, flow, T0), "confirmed: journal and store it"
+    assert not t.confirm(1, flow, T0), "every further reply: nothing to write"
+    assert t.confirm(1, flow, T1), "re-pointed: write it again"
+
+
+def test_a_restored_flow_is_confirmed_has_no_hint_and_counts_against_the_worker_cap():
+    t = table(max_confirmed_flows=2)
+    t.admit(1, "hint", T0, EDGE_A, now=1)
+    flow = t.restore(2, T1, EDGE_B, now=2)
+    assert flow is not None and flow.confirmed and flow.ufrag is None and flow.edge == EDGE_B
+    assert t.restore(2, T0, EDGE_A, now=2) is None, "a client with a flow keeps it"
+    assert t.restore(3, T0, EDGE_A, now=3) is not None
+    assert sorted(t.flows) == [2, 3] and t.evicted == 1 and t.restored == 2
+    assert t.expire(100) == 2 and not t.flows
+
+
+def test_a_journalled_flow_that_leaves_releases_its_slot():
+    t = table(max_confirmed_flows=1)
+    flow = t.restore(1, T0, EDGE_A, now=1)
+    assert flow is not None
+    flow.slot = 7
+    t.restore(2, T0, EDGE_A, now=2)  # evicts flow 1
+    assert t.released == [7] and flow.slot == -1
+
+
 # -- route failover -----------------------------------------------------------------------------
 def nonces():
     counter = itertools.count()
@@ -138,6 +166,20 @@ def test_the_journal_keeps_route_target_ids():
     journal.write(b"k" * 24, ROUTE_ID_BASE + 255)
     journal.write(b"x", 65535)
     assert sorted(tid for _, _, tid in journal.attach()) == [65535, ROUTE_ID_BASE + 255]
+
+
+def test_a_peer_journal_keeps_each_record_s_edge():
+    journal = FlowJournal(4, extra_len=28)  # an IPv6 sockaddr
+    assert journal.record_len == 64
+    list(journal.attach())
+    edge = bytes(range(28))
+    slot = journal.write(b"k" * 24, 3, extra=b"short")
+    journal.write(b"k" * 24, 4, slot=slot, extra=edge)  # heard through another edge
+    other = journal.write(b"x", 5, extra=b"e")
+    assert sorted(journal.attach()) == sorted([(slot, b"k" * 24, 4), (other, b"x", 5)])
+    assert journal.extra(slot) == edge and journal.extra(other) == b"e"
+    with pytest.raises(ValueError):
+        journal.write(b"y", 1, extra=bytes(29))
 
 
 # -- configuration ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ and sends the replies back through the edge."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 
 import pytest
@@ -12,7 +14,7 @@ import redis
 from bench.peers import RedisServer, RelayProcess, StandInTransceiver, free_port, hint_request
 from common import encap, stun
 from relay.flows import route_id
-from tests.support.loopback import udp
+from tests.support.loopback import drain, udp
 from tests.support.waits import wait_for
 
 CLUSTER = 1
@@ -67,6 +69,18 @@ def media_both_ways(edge: RelayProcess, client: socket.socket, standin: StandInT
         assert reply == b"T0:\x80rtp %d" % i
         assert source[:2] == edge.address
     assert (*client.getsockname(), b"\x80rtp 4") in standin.received
+
+
+def first_echo(edge: RelayProcess, client: socket.socket) -> bytes | None:
+    """RTP (never STUN) through ``edge`` every ~20 ms until one comes back, at most ~2 s
+    (``client`` with a short timeout)."""
+    for i in range(100):
+        client.sendto(b"\x80rtp %d" % i, edge.address)
+        try:
+            return client.recv(4096)
+        except TimeoutError:
+            continue
+    return None
 
 
 def test_a_hint_for_another_cluster_reaches_its_transceiver_through_the_edge(
@@ -181,14 +195,85 @@ def test_an_edge_replaced_with_redis_restores_its_flows_without_a_stun_packet(st
         second = edge_of(cluster_relay, cluster_relay.peer_address, extra_args=redis_args)
         second.port = first.port
         with second:
-            echoed = []
-            for i in range(100):  # RTP every 20 ms until one comes back, at most 2 s
-                client.sendto(b"\x80rtp %d" % i, second.address)
-                try:
-                    echoed.append(client.recv(4096))
-                    break
-                except TimeoutError:
-                    continue
-            assert echoed and echoed[0].startswith(b"T0:\x80rtp"), "recovered without STUN"
+            echoed = first_echo(second, client)
+            assert echoed and echoed.startswith(b"T0:\x80rtp"), "recovered without STUN"
             assert second.metric("rtcedge_relay_flows_restored_total", source="redis") >= 1
         client.close()
+
+
+def resumes_without_stun(
+    edge: RelayProcess, client: socket.socket, cluster_relay: RelayProcess, source: str
+) -> None:
+    """Media through ``edge`` comes back, with no STUN sent, by a peer flow ``cluster_relay``
+    restored from ``source`` (journal or redis)."""
+    client.settimeout(0.02)
+    echoed = first_echo(edge, client)
+    assert echoed and echoed.startswith(b"T0:\x80rtp"), "recovered without STUN"
+    restored = cluster_relay.metric(
+        "rtcedge_relay_flows_restored_total", table="peer", source=source
+    )
+    assert restored == 1
+
+
+def test_a_killed_cluster_relay_worker_restores_its_peer_flows_from_the_journal(standin):
+    cluster_relay = RelayProcess(
+        {0: standin.address}, cluster=CLUSTER, workers=2, peer_networks=("127.0.0.0/8",)
+    )
+    with cluster_relay, edge_of(cluster_relay, cluster_relay.peer_address) as edge:
+        client = udp(timeout_s=2.0)
+        assert stun_through(edge, client)
+        media_both_ways(edge, client, standin)
+        # The worker that carries the call: the one whose internal port the transceiver saw.
+        worker = standin.relay_of_client[client.getsockname()][1] - cluster_relay.internal_base
+        victim = cluster_relay.worker_pids()[worker]
+        os.kill(victim, signal.SIGKILL)
+        restarts = lambda: cluster_relay.metric(  # noqa: E731
+            "rtcedge_relay_worker_restarts_total", worker=str(worker)
+        )
+        assert wait_for(restarts, 1)
+        resumes_without_stun(edge, client, cluster_relay, "journal")
+        assert cluster_relay.metric(DROPS, reason="no_flow") == 0
+        client.close()
+
+
+def test_a_cluster_relay_replaced_with_redis_restores_its_peer_flows_on_the_first_media(standin):
+    with RedisServer() as rds:
+        redis_args = ["--redis-url", rds.url]
+        first = RelayProcess(
+            {0: standin.address},
+            cluster=CLUSTER,
+            peer_networks=("127.0.0.0/8",),
+            extra_args=redis_args,
+        )
+        second = RelayProcess(
+            {0: standin.address},
+            cluster=CLUSTER,
+            keyring=first.keyring,
+            peer_networks=("127.0.0.0/8",),
+            extra_args=[*redis_args, "--takeover"],
+        )
+        second.port, second.peer_port = first.port, first.peer_port
+        client = udp(timeout_s=2.0)
+        try:
+            first.start()
+            with edge_of(first, first.peer_address) as edge:
+                assert stun_through(edge, client)
+                media_both_ways(edge, client, standin)
+                # Written behind under the client's key, as a client flow of this cluster is.
+                store = redis.Redis.from_url(rds.url)
+                key = f"rtcedge:{CLUSTER}:flow:127.0.0.1:{client.getsockname()[1]}"
+                assert wait_for(lambda: store.get(key), f"{CLUSTER}:0".encode())
+                # A new cluster relay process on the same public and peer ports, then the old
+                # one gone: its peer flows with it.
+                second.start()
+                first.stop()
+                resumes_without_stun(edge, client, second, "redis")
+                # The edge's next datagrams (the replies, too) follow the restored flow.
+                client.settimeout(0.3)
+                drain(client)  # echoes of the probing packets still on their way
+                client.settimeout(2.0)
+                media_both_ways(edge, client, standin)
+        finally:
+            second.stop()
+            first.stop()
+            client.close()

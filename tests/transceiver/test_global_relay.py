@@ -73,8 +73,12 @@ def world():
     )  # fmt: skip
     started: list = []
 
-    def transceivers(regions: dict[str, tuple[str, int]]) -> list[TransceiverProcess]:
+    def transceivers(
+        regions: dict[str, tuple[str, int]], backup: bool = True
+    ) -> list[TransceiverProcess]:
         args = ["--region-header", "X-Region", "--trusted-proxy", "127.0.0.1/32"]
+        if not backup:  # the edge is the only way in: ICE cannot settle on the backup instead
+            args.append("--no-backup-candidate")
         for name, address in regions.items():
             args += ["--region", f"{name}={format_host_port(*address)}"]
         args += ["--relay-network", "127.0.0.0/8", "--drain-grace", "0", "--client-rate", "0"]
@@ -112,7 +116,7 @@ def test_callers_at_either_edge_reach_their_own_transceiver(world):
     cluster, peer_port, transceivers, started = world
     edge_a = edge(cluster, peer_port)
     edge_b = edge(cluster, peer_port)
-    t0, t1 = transceivers({"a": edge_a.address, "b": edge_b.address})
+    t0, t1 = transceivers({"a": edge_a.address, "b": edge_b.address}, backup=False)
     start(edge_a, started)
     start(edge_b, started)
 
@@ -158,7 +162,7 @@ def test_killing_an_edge_moves_no_transceiver_state_and_its_callers_recover(worl
     # Edge B joins A's public port (one SO_REUSEPORT group: anycast on one host).
     edge_b = edge(cluster, peer_port, extra=["--takeover"])
     edge_b.port = edge_a.port
-    t0, t1 = transceivers({"anycast": edge_a.address})
+    t0, t1 = transceivers({"anycast": edge_a.address}, backup=False)
     start(edge_a, started)
     start(edge_b, started)
 

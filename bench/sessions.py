@@ -284,6 +284,8 @@ def start_services(
         relay,
         extra_args=["--drain-grace", "5", "--max-sessions", str(max(cfg.sessions) + 10)],
     )
+    # The steps measure the transceiver, not its admission policy (the overload step does).
+    trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
     trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
     relay.transceivers = {0: trx.media_address}
     os.sched_setaffinity(0, cpus["transceiver"])
@@ -473,6 +475,11 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
             echo(f"{step} {what}: {'; '.join(s['limit_evidence'])}")
         if s["errors"]:
             echo(f"{step} errors: {'; '.join(s['errors'])}")
+        if math.isfinite(s.get("loop_lag_ms", math.nan)):
+            echo(
+                f"{step} admission inputs at the window's end: event loop "
+                f"{s['loop_lag_ms']:.1f} ms late, CPU {s['admission_cpu_pct']:.0f}% (2 s means)"
+            )
     echo(
         "echo lag: frames sent - frames heard back since the call began, x 20 ms, at the window's "
         "end: an upper bound of the echo's delay (it counts frames lost before the first echo)"

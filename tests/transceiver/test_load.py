@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from transceiver.load import (
+    MAX_UNSETTLED,
     RESUME_FRACTION,
     SESSION_CPU_PCT,
     TICK_S,
@@ -81,6 +82,15 @@ def test_connecting_sessions_count_ahead_so_a_burst_cannot_overshoot():
     refusal = h.refusal(sessions=sessions + admitted, unsettled=admitted)
     assert refusal.reason == "headroom" and "9 connecting" in refusal.text
     assert refusal.retry_after_s == WINDOW_S, "they settle within a window: retry then"
+
+
+def test_a_burst_is_let_in_by_tens_whatever_the_cpu_says():
+    """A neighbour taking the core shows in the loop's lag only a window later."""
+    h = Headroom(LIMITS)
+    feed(h, 0.0, WINDOW_S, cpu_pct=1.0, lag_ms=0.5)
+    assert h.refusal(sessions=MAX_UNSETTLED - 1, unsettled=MAX_UNSETTLED - 1) is None
+    refusal = h.refusal(sessions=MAX_UNSETTLED, unsettled=MAX_UNSETTLED)
+    assert refusal.reason == "headroom" and refusal.retry_after_s == WINDOW_S
 
 
 def test_a_full_settled_transceiver_refuses_with_the_longer_retry():

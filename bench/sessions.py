@@ -57,6 +57,7 @@ from bench.harness.verdict import verdict
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.plots.sessions import sessions_figure
 from bench.sessions_callers import WorkerProcess, connect, hang_up, mark, start_workers
+from bench.sessions_overload import print_overload, restart_with_admission, run_overload
 from bench.sessions_step import (
     TRANSCEIVER_SATURATED_PCT,
     Processes,
@@ -98,6 +99,7 @@ class BenchConfig:
     max_loss_pct: float = MAX_LOSS_PCT
     out_dir: str = str(RESULTS_DIR)
     quick: bool = False  # a smoke test: the criterion is not judged
+    overload: float = 0.0  # then offer this x the largest N that passed (bench/sessions_overload)
 
     @property
     def workers(self) -> int:
@@ -284,6 +286,8 @@ def start_services(
         relay,
         extra_args=["--drain-grace", "5", "--max-sessions", str(max(cfg.sessions) + 10)],
     )
+    # The steps measure the transceiver, not its admission policy (the overload step does).
+    trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
     trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
     relay.transceivers = {0: trx.media_address}
     os.sched_setaffinity(0, cpus["transceiver"])
@@ -342,6 +346,7 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
         steps = run_series(cfg, procs, deadline, notes, echo)
         if trx.proc.poll() is not None:
             notes.append(f"the transceiver exited: {' | '.join(list(trx_log)[-5:])}")
+        overload = overload_step(cfg, steps, procs, deadline, trx_log, stack, notes, echo)
     result = run_header("sessions", started, allowed, cfg)
     result["cpus"] = {name: sorted(group) for name, group in cpus.items()}
     result["method"] = METHOD
@@ -349,6 +354,38 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
     result["steps"] = [asdict(s) for s in steps]
     result["notes"] = notes
     result["summary"] = summarize(result, cfg)
+    if overload is not None:
+        result["overload"] = overload
+    return result
+
+
+def overload_step(
+    cfg: BenchConfig,
+    steps: list[Step],
+    procs: Processes,
+    deadline: Deadline,
+    trx_log: collections.deque[str],
+    stack: contextlib.ExitStack,
+    notes: list[str],
+    echo: Echo,
+) -> dict[str, Any] | None:
+    """``--overload``: ``cfg.overload`` x the largest N that passed, to a transceiver with its
+    default admission (``bench/sessions_overload.py``)."""
+    if not cfg.overload:
+        return None
+    capacity = max((s.sessions for s in steps if s.ok), default=0)
+    if not capacity:
+        notes.append("overload step skipped: no capacity step passed")
+        return None
+    if deadline.left_s() < cfg.window_s + cfg.settle_s + 2 * STEP_OVERHEAD_S:
+        notes.append(f"overload step skipped: the run's deadline ({cfg.max_seconds:.0f} s)")
+        return None
+    restart_with_admission(procs, trx_log, stack)
+    shares = share_out(math.ceil(cfg.overload * capacity), procs.workers)
+    echo(f"overload: offering {sum(map(len, shares.values()))} calls at once")
+    timing = (cfg.connect_timeout_s, cfg.settle_s, cfg.window_s)
+    result = asdict(run_overload(cfg.overload, capacity, shares, procs, timing, cfg.max_loss_pct))
+    echo(f"overload: {result['verdict']}")
     return result
 
 
@@ -473,6 +510,11 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
             echo(f"{step} {what}: {'; '.join(s['limit_evidence'])}")
         if s["errors"]:
             echo(f"{step} errors: {'; '.join(s['errors'])}")
+        if math.isfinite(s.get("loop_lag_ms", math.nan)):
+            echo(
+                f"{step} admission inputs at the window's end: event loop "
+                f"{s['loop_lag_ms']:.1f} ms late, CPU {s['admission_cpu_pct']:.0f}% (2 s means)"
+            )
     echo(
         "echo lag: frames sent - frames heard back since the call began, x 20 ms, at the window's "
         "end: an upper bound of the echo's delay (it counts frames lost before the first echo)"
@@ -498,6 +540,8 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
         )
     c = summary["criterion"]
     echo(f"{verdict(c['pass'], cfg.get('quick', False))} ({c['basis']}) {c['name']}: {c['detail']}")
+    if "overload" in result:
+        print_overload(result["overload"], echo, step_line)
     for note in result["notes"]:
         echo(f"note: {note}")
 
@@ -563,6 +607,14 @@ exits 0 whatever the figures are.
     show_default=True,
     help="Repeats of a step that lost frames while others' work took >= 10% of one of our CPUs.",
 )
+@click.option(
+    "--overload",
+    type=click.FloatRange(min=1.0, max=3.0),
+    default=None,
+    help="After the steps, offer this many times the largest N that passed, at once, to a "
+    "transceiver with its default admission: admitted calls must keep < 1%% frame loss, the "
+    "rest get 503 + Retry-After (e.g. 1.5).",
+)
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -571,6 +623,7 @@ def sessions_bench(
     max_seconds: float,
     out_dir: str,
     retries: int,
+    overload: float | None,
     quick: bool,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
@@ -585,6 +638,7 @@ def sessions_bench(
             retries=0,
             out_dir=out_dir,
             quick=True,
+            overload=overload or 0.0,
         )
     else:
         cfg = BenchConfig(
@@ -594,6 +648,7 @@ def sessions_bench(
             max_seconds=max_seconds,
             retries=retries,
             out_dir=out_dir,
+            overload=overload or 0.0,
         )
     run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 

@@ -47,6 +47,8 @@ class EchoCall:
         self.offer_at: float | None = None
         self.connected_at: float | None = None
         self.location = ""
+        self.status = 0  # of the WHIP POST
+        self.retry_after = ""  # its Retry-After, if refused
         self.error = ""
         self.hanging_up = False
         self.pc.on("connectionstatechange", self._on_state)
@@ -77,6 +79,8 @@ class EchoCall:
                     headers={"Content-Type": "application/sdp"},
                 ) as resp:
                     body = await resp.text()
+                    self.status = resp.status
+                    self.retry_after = resp.headers.get("Retry-After", "")
                     if resp.status != 201:
                         self.error = f"POST {resp.status}: {body.strip()[:200]}"
                         return
@@ -127,6 +131,8 @@ class EchoCall:
             "id": self.id,
             "hz": self.hz,
             "connected": self.connected_at is not None,
+            "status": self.status,
+            "retry_after": self.retry_after,
             "error": self.error,
             "offer_to_connected_s": _since(self.offer_at, self.connected_at),
             "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),

@@ -54,6 +54,8 @@ class Snapshot:
     frames_out: float
     transceiver_socket_drops: int
     relay_drops: float
+    loop_lag_s: float  # the transceiver's admission inputs (transceiver.load), NaN: unknown
+    cpu_ratio: float
 
     @staticmethod
     def take(procs: Processes) -> Snapshot:
@@ -84,6 +86,8 @@ class Snapshot:
             frames_out=_frames(text, "out"),
             transceiver_socket_drops=udp_drops(trx.media_port),
             relay_drops=relay_drops,
+            loop_lag_s=_gauge(text, "rtcedge_transceiver_loop_lag_seconds"),
+            cpu_ratio=_gauge(text, "rtcedge_transceiver_cpu_ratio"),
         )
 
 
@@ -91,6 +95,10 @@ def _frames(metrics_text: str, direction: str) -> float:
     if not metrics_text:
         return math.nan
     return metric_value(metrics_text, "rtcedge_transceiver_audio_frames_total", direction=direction)
+
+
+def _gauge(metrics_text: str, name: str) -> float:
+    return metric_value(metrics_text, name) if metrics_text else math.nan
 
 
 def busy_pct(a: Snapshot, b: Snapshot, cpus: set[int]) -> float:
@@ -140,6 +148,9 @@ class Step:
     echo_lag_growth_ms: dict[str, float] = field(default_factory=dict)
     echo_lag_ms: dict[str, float] = field(default_factory=dict)
     relay_drops: float = 0.0
+    # What the transceiver's admission saw at the window's end (its gauges: transceiver.load).
+    loop_lag_ms: float = math.nan
+    admission_cpu_pct: float = math.nan
     sessions_active_after: float = math.nan
     # Who ran out: "transceiver" (its core full, or it decoded fewer frames than were sent),
     # "callers" (their CPUs full, or they sent late), "transceiver+callers", or "".
@@ -245,6 +256,8 @@ def frame_figures(
         [c["echo_lag_ms"] for c in calls.values() if "echo_lag_ms" in c]
     )
     step.relay_drops = b.relay_drops - a.relay_drops
+    step.loop_lag_ms = 1000 * b.loop_lag_s
+    step.admission_cpu_pct = 100 * b.cpu_ratio
 
 
 def attribute_limit(step: Step, client_cores: int) -> None:

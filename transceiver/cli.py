@@ -22,6 +22,7 @@ from common.options import (
 )
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
+from transceiver.load import LoadLimits
 from transceiver.regions import parse_region, parse_region_prefix
 from transceiver.tokens import mint, parse_secrets, read_secrets_file
 
@@ -119,9 +120,29 @@ def main() -> None:
     "--max-sessions",
     env="MAX_SESSIONS",
     type=int,
-    default=20,
+    default=40,
     show_default=True,
-    help="Sessions this process takes (one process ~ one core; see docs/benchmarks.md).",
+    help="Sessions this process takes at most (one process ~ one core; see docs/benchmarks.md); "
+    "--admit-max-cpu and --admit-max-loop-lag may refuse sooner.",
+)
+@env_option(
+    "--admit-max-cpu",
+    env="ADMIT_MAX_CPU",
+    type=float,
+    default=LoadLimits.max_cpu_pct,
+    show_default=True,
+    help="Refuse new sessions (503 + Retry-After) while this process uses more than this % of "
+    "one core, or would with one more session (connecting ones counted ahead); admit again "
+    "under 80 % of it. 0: off.",
+)
+@env_option(
+    "--admit-max-loop-lag",
+    env="ADMIT_MAX_LOOP_LAG",
+    type=float,
+    default=LoadLimits.max_loop_lag_ms,
+    show_default=True,
+    help="Refuse new sessions while the event loop runs this many ms late (mean over 2 s: the "
+    "core is short, whoever takes it); admit again under 80 % of it. 0: off.",
 )
 @env_option(
     "--ice-timeout",
@@ -334,6 +355,8 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         backend=opts["backend"],
         backend_url=opts["backend_url"],
         max_sessions=opts["max_sessions"],
+        admit_max_cpu_pct=opts["admit_max_cpu"],
+        admit_max_loop_lag_ms=opts["admit_max_loop_lag"],
         ice_timeout_s=opts["ice_timeout"],
         first_check_timeout_s=opts["first_check_timeout"],
         idle_timeout_s=opts["idle_timeout"],

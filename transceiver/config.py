@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from common.config import ConfigError, address_family
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
+from transceiver.load import LoadLimits
 from transceiver.regions import Addr, RegionTable
 from transceiver.tokens import MIN_SECRET_BYTES
 
@@ -26,7 +27,11 @@ class TransceiverConfig:
     keyring_json: str | None = None
     backend: str = "echo"
     backend_url: str | None = None
-    max_sessions: int = 20  # ~1 core: bench sessions measured ~4.3% of a core per echo session
+    # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
+    # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
+    max_sessions: int = 40
+    admit_max_cpu_pct: float = LoadLimits.max_cpu_pct  # refuse above (0: off): transceiver.load
+    admit_max_loop_lag_ms: float = LoadLimits.max_loop_lag_ms  # refuse above (0: off)
     ice_timeout_s: float = 10.0
     first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S  # answer -> first authenticated check
     idle_timeout_s: float = 60.0
@@ -83,6 +88,8 @@ class TransceiverConfig:
         for option, value in (
             ("--client-rate", self.client_rate_per_s),
             ("--client-max-sessions", self.client_max_sessions),
+            ("--admit-max-cpu", self.admit_max_cpu_pct),
+            ("--admit-max-loop-lag", self.admit_max_loop_lag_ms),
         ):
             if value < 0:
                 raise ConfigError(option, f"must be >= 0 (0: no limit), got {value}")
@@ -106,6 +113,10 @@ class TransceiverConfig:
                 raise ConfigError(
                     "--token-secret-file", f"a secret needs at least {MIN_SECRET_BYTES} bytes"
                 )
+        if self.admit_max_cpu_pct > 100:
+            raise ConfigError(
+                "--admit-max-cpu", f"is % of one core, 0-100, got {self.admit_max_cpu_pct}"
+            )
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         self.region_table()
@@ -125,6 +136,9 @@ class TransceiverConfig:
             self.region_header,
             self.backup_candidate,
         )
+
+    def load_limits(self) -> LoadLimits:
+        return LoadLimits(self.admit_max_cpu_pct, self.admit_max_loop_lag_ms)
 
     def lifecycle_limits(self) -> Limits:
         return Limits(

@@ -27,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transceiver.backend import BackendError
+from transceiver.load import Refusal
 from transceiver.offer import OfferError, check_offer
 from transceiver.quota import (
     RateLimiter,
@@ -123,6 +124,11 @@ def make_app(server: TransceiverServer) -> web.Application:
         count(method, status)
         return web.Response(status=status, text=reason + "\n", headers=headers)
 
+    def refuse(refusal: Refusal) -> web.Response:
+        """503 + Retry-After: no capacity now (``TransceiverServer.capacity_refusal``)."""
+        server.metrics.refusals.labels(refusal.reason).inc()
+        return fail("POST", 503, refusal.text, **{"Retry-After": str(refusal.retry_after_s)})
+
     def unauthorized(method: str, exc: Unauthorized) -> web.Response:
         log.debug("%s refused (401): %s", method, exc.reason)
         return fail(method, 401, exc.text, **{"WWW-Authenticate": "Bearer"})
@@ -141,7 +147,7 @@ def make_app(server: TransceiverServer) -> web.Application:
             return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
         refusal = server.capacity_refusal()
         if refusal is not None:
-            return fail("POST", 503, refusal, **{"Retry-After": RETRY_AFTER_S})
+            return refuse(refusal)
         address = client_address(
             request.remote, request.headers.get(cfg.client_address_header), trusted
         )
@@ -204,7 +210,7 @@ def make_app(server: TransceiverServer) -> web.Application:
         try:
             session = await server.create_session(offer, address or "", metadata, region)
         except SessionLimitError as exc:
-            return fail("POST", 503, str(exc), **{"Retry-After": RETRY_AFTER_S})
+            return refuse(exc.refusal)
         except BackendError as exc:
             # The detail (it may name the backend's URL and a secret in it) stays in our log.
             server.metrics.backend_errors.inc()

@@ -91,6 +91,36 @@ class TransceiverMetrics:
             ["reason"],
             registry=r,
         )
+        self.refusals = Counter(
+            "rtcedge_transceiver_admission_refusals",
+            "New sessions refused with 503 + Retry-After, by reason: draining, max_sessions,"
+            " cpu or loop_lag (overloaded), headroom (one more would overload it).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("draining", "max_sessions", "cpu", "loop_lag", "headroom"):
+            self.refusals.labels(reason)
+        self.loop_lag = Gauge(
+            "rtcedge_transceiver_loop_lag_seconds",
+            "How late the event loop's 100 ms timer fires, mean over 2 s: admission's input.",
+            registry=r,
+        )
+        self.cpu_ratio = Gauge(
+            "rtcedge_transceiver_cpu_ratio",
+            "The process's CPU time over wall time (1 = one core), over 2 s: admission's input.",
+            registry=r,
+        )
+        self.sessions_unsettled = Gauge(
+            "rtcedge_transceiver_sessions_unsettled",
+            "Sessions connecting or connected < 2 s ago: admission counts their cost ahead.",
+            registry=r,
+        )
+        self.overloaded = Gauge(
+            "rtcedge_transceiver_overloaded",
+            "1 while CPU or loop lag is over its --admit-max-* limit (until both are under 80 %"
+            " of it): every new session is refused.",
+            registry=r,
+        )
         self.whip_requests = Counter(
             "rtcedge_transceiver_whip_requests",
             "WHIP requests, by method and status.",

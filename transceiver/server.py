@@ -22,6 +22,8 @@ from transceiver.backends import create_backend
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions
+from transceiver.lifecycle import State
+from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
 from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
 from transceiver.session import Session, SessionContext
@@ -30,7 +32,11 @@ WATCHDOG_INTERVAL_S = 0.5
 
 
 class SessionLimitError(Exception):
-    """No capacity (session limit reached, or draining)."""
+    """No capacity (draining, session limit, or load): ``refusal`` says which and when to retry."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.text)
+        self.refusal = refusal
 
 
 class TransceiverServer:
@@ -58,8 +64,10 @@ class TransceiverServer:
             on_selected=self.demux.select,
             on_closed=self._forget,
         )
+        self.headroom = Headroom(config.load_limits())
         self._transport: asyncio.DatagramTransport | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._load_sampler: asyncio.Task[None] | None = None
 
     @property
     def media_address(self) -> tuple[str, int]:
@@ -80,6 +88,7 @@ class TransceiverServer:
             ) from None
         self._transport, _ = await loop.create_datagram_endpoint(lambda: self.media, sock=sock)
         self._watchdog = loop.create_task(self._watch())
+        self._load_sampler = loop.create_task(self._sample_load())
 
     # -- sessions ------------------------------------------------------------------------------
     def new_ufrag(self) -> str:
@@ -94,17 +103,33 @@ class TransceiverServer:
             if ufrag not in self.demux:  # 56 random bits: a clash is next to impossible
                 return ufrag
 
-    def capacity_refusal(self) -> str | None:
-        """Why a new session would be refused now (draining, or the session limit), else None.
+    def capacity_refusal(self) -> Refusal | None:
+        """Why a new session would be refused now (draining, the session limit, or no headroom:
+        ``transceiver.load``), else None.
 
         The one capacity rule: WHIP asks before reading an offer, ``create_session`` again
-        once it is read (sessions may have started meanwhile).
+        once it is read (sessions may have started meanwhile). Sessions count from the moment
+        they are created, connecting ones included, so offers admitted at once cannot overshoot.
         """
+        retry_s = self.config.load_limits().retry_after_s
         if self.draining:
-            return "draining: no new sessions"
+            return Refusal("draining", "draining: no new sessions", retry_s)
         if len(self.sessions) >= self.config.max_sessions:
-            return "session limit reached"
-        return None
+            return Refusal("max_sessions", "session limit reached", retry_s)
+        return self.headroom.refusal(len(self.sessions), self.unsettled(time.monotonic()))
+
+    def unsettled(self, now: float) -> int:
+        """Live sessions whose cost the load window does not show yet: still connecting, or
+        connected less than a window ago."""
+        count = 0
+        for session in self.sessions.values():
+            connected_at = session.lifecycle.dtls_connected_at
+            if session.state in (State.NEW, State.CONNECTING) or (
+                session.state is State.CONNECTED
+                and (connected_at is None or now - connected_at < WINDOW_S)
+            ):
+                count += 1
+        return count
 
     async def create_session(
         self,
@@ -165,6 +190,21 @@ class TransceiverServer:
             self.demux.expire(now, self.config.address_ttl_s)
             self.metrics.client_addresses.set(self.demux.addresses)
 
+    async def _sample_load(self) -> None:
+        """The estimator's I/O: how late this timer fires (the loop's lag) and the process's
+        CPU time, every TICK_S; and the same figures as gauges."""
+        loop = asyncio.get_running_loop()
+        m = self.metrics
+        while True:
+            expected = loop.time() + TICK_S
+            await asyncio.sleep(TICK_S)
+            now = loop.time()
+            self.headroom.sample(now, now - expected, time.process_time())
+            m.loop_lag.set(self.headroom.loop_lag_ms / 1000)
+            m.cpu_ratio.set(self.headroom.cpu_pct / 100)
+            m.sessions_unsettled.set(self.unsettled(time.monotonic()))
+            m.overloaded.set(int(self.headroom.overloaded))
+
     # -- shutdown --------------------------------------------------------------------------------
     async def drain(self, grace_s: float | None = None) -> None:
         """Stop taking sessions; let live ones finish within the grace period, then end them."""
@@ -182,8 +222,9 @@ class TransceiverServer:
             session.end("shutdown")
         for session in sessions:
             await session.closed.wait()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        for task in (self._watchdog, self._load_sampler):
+            if task is not None:
+                task.cancel()
         if self._transport is not None:
             self._transport.close()
         await self.backend.close()

@@ -22,6 +22,8 @@ def direct_config(**overrides) -> TransceiverConfig:
     """Clients talk to the media socket directly: it advertises itself.
 
     Every client of a test is 127.0.0.1: no per-client rate limit unless a test sets one.
+    No admission by load either: in-process clients share the server's event loop, so its lag
+    and CPU are the test's own (tests/transceiver/test_admission.py runs a real process).
     """
     media = free_port()
     base = TransceiverConfig(
@@ -32,6 +34,8 @@ def direct_config(**overrides) -> TransceiverConfig:
         http=("127.0.0.1", free_port(kind=socket.SOCK_STREAM)),
         keyring_json=Keyring.generate(0).to_json(),
         client_rate_per_s=0.0,
+        admit_max_cpu_pct=0.0,
+        admit_max_loop_lag_ms=0.0,
     )
     return replace(base, **overrides)
 

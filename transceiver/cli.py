@@ -116,6 +116,15 @@ def main() -> None:
     "--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket."
 )
 @env_option(
+    "--audio-format",
+    env="AUDIO_FORMAT",
+    default="pcm16",
+    show_default=True,
+    type=click.Choice(["pcm16", "opus"]),
+    help="What the echo backend takes: decoded PCM16, or the caller's Opus passed through "
+    "(no codec work). A websocket backend chooses per call (docs/backend-protocol.md).",
+)
+@env_option(
     "--max-sessions",
     env="MAX_SESSIONS",
     type=int,
@@ -333,6 +342,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         keyring_json=opts["keyring_json"],
         backend=opts["backend"],
         backend_url=opts["backend_url"],
+        audio_format=opts["audio_format"],
         max_sessions=opts["max_sessions"],
         ice_timeout_s=opts["ice_timeout"],
         first_check_timeout_s=opts["first_check_timeout"],

@@ -26,6 +26,7 @@ class TransceiverConfig:
     keyring_json: str | None = None
     backend: str = "echo"
     backend_url: str | None = None
+    audio_format: str = "pcm16"  # the echo backend's; a websocket backend picks per session
     max_sessions: int = 20  # ~1 core: bench sessions measured ~4.3% of a core per echo session
     ice_timeout_s: float = 10.0
     first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S  # answer -> first authenticated check
@@ -66,6 +67,13 @@ class TransceiverConfig:
             raise ConfigError("--backend", f"unknown backend {self.backend!r} (echo, websocket)")
         if self.backend == "websocket" and not self.backend_url:
             raise ConfigError("--backend-url", "required with --backend websocket")
+        if self.audio_format not in ("pcm16", "opus"):
+            raise ConfigError("--audio-format", f"unknown {self.audio_format!r} (pcm16, opus)")
+        if self.backend != "echo" and self.audio_format != "pcm16":
+            raise ConfigError(
+                "--audio-format",
+                "only for --backend echo: a websocket backend chooses its format per call",
+            )
         for option, value in (
             ("--max-sessions", self.max_sessions),
             ("--ice-timeout", self.ice_timeout_s),

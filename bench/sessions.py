@@ -98,6 +98,7 @@ class BenchConfig:
     max_loss_pct: float = MAX_LOSS_PCT
     out_dir: str = str(RESULTS_DIR)
     quick: bool = False  # a smoke test: the criterion is not judged
+    audio_format: str = "pcm16"  # the echo backend's (transceiver serve --audio-format)
 
     @property
     def workers(self) -> int:
@@ -282,7 +283,14 @@ def start_services(
     relay = RelayProcess({}, workers=1, pin=True)
     trx = TransceiverProcess(
         relay,
-        extra_args=["--drain-grace", "5", "--max-sessions", str(max(cfg.sessions) + 10)],
+        extra_args=[
+            "--drain-grace",
+            "5",
+            "--max-sessions",
+            str(max(cfg.sessions) + 10),
+            "--audio-format",
+            cfg.audio_format,
+        ],
     )
     trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
     relay.transceivers = {0: trx.media_address}
@@ -563,6 +571,13 @@ exits 0 whatever the figures are.
     show_default=True,
     help="Repeats of a step that lost frames while others' work took >= 10% of one of our CPUs.",
 )
+@click.option(
+    "--audio-format",
+    type=click.Choice(["pcm16", "opus"]),
+    default="pcm16",
+    show_default=True,
+    help="The echo backend's audio: decoded PCM16, or Opus passed through (no codec work).",
+)
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -571,6 +586,7 @@ def sessions_bench(
     max_seconds: float,
     out_dir: str,
     retries: int,
+    audio_format: str,
     quick: bool,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
@@ -585,6 +601,7 @@ def sessions_bench(
             retries=0,
             out_dir=out_dir,
             quick=True,
+            audio_format=audio_format,
         )
     else:
         cfg = BenchConfig(
@@ -594,6 +611,7 @@ def sessions_bench(
             max_seconds=max_seconds,
             retries=retries,
             out_dir=out_dir,
+            audio_format=audio_format,
         )
     run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 

@@ -133,11 +133,14 @@ class Session:
         else:
             self.out_track.push(data)
 
-    def _on_pcm_in(self, pcm: bytes) -> None:
-        """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
+    def _audio_arrived(self) -> None:
         self.frames_in += 1
         self._metrics.audio_frames_in.inc()
         self.lifecycle.audio_received(time.monotonic())
+
+    def _on_pcm_in(self, pcm: bytes) -> None:
+        """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
+        self._audio_arrived()
         if self.backend is not None:
             try:
                 self.backend.audio_in(pcm)
@@ -147,9 +150,7 @@ class Session:
 
     def _on_opus_in(self, frame: OpusFrame) -> None:
         """A packet of the caller's, untouched (opus); on the event loop, per packet."""
-        self.frames_in += 1
-        self._metrics.audio_frames_in.inc()
-        self.lifecycle.audio_received(time.monotonic())
+        self._audio_arrived()
         if self.backend is not None:
             try:
                 self.backend.opus_in(frame)

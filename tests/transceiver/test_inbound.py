@@ -99,15 +99,19 @@ def test_a_format_needs_its_callback():
         InboundAudio("mp3", on_pcm=lambda pcm: None)
 
 
+async def offered() -> tuple[RTCPeerConnection, RTCPeerConnection]:
+    """A caller's audio offer applied to a callee: the callee's receiver exists, not started."""
+    caller = RTCPeerConnection()
+    caller.addTransceiver("audio")
+    await caller.setLocalDescription(await caller.createOffer())
+    callee = RTCPeerConnection()
+    await callee.setRemoteDescription(RTCSessionDescription(caller.localDescription.sdp, "offer"))
+    return caller, callee
+
+
 def test_install_swaps_the_audio_receiver_alone_and_refuses_twice():
     async def go():
-        caller = RTCPeerConnection()
-        caller.addTransceiver("audio")
-        await caller.setLocalDescription(await caller.createOffer())
-        callee = RTCPeerConnection()
-        await callee.setRemoteDescription(
-            RTCSessionDescription(caller.localDescription.sdp, "offer")
-        )
+        caller, callee = await offered()
         try:
             path = InboundAudio(PCM16, on_pcm=lambda pcm: None)
             assert install(callee, path) == 1
@@ -126,13 +130,7 @@ def test_install_swaps_the_audio_receiver_alone_and_refuses_twice():
 
 def test_install_refuses_an_aiortc_that_moved_its_state():
     async def go():
-        caller = RTCPeerConnection()
-        caller.addTransceiver("audio")
-        await caller.setLocalDescription(await caller.createOffer())
-        callee = RTCPeerConnection()
-        await callee.setRemoteDescription(
-            RTCSessionDescription(caller.localDescription.sdp, "offer")
-        )
+        caller, callee = await offered()
         try:
             receiver = callee.getTransceivers()[0].receiver
             del receiver._RTCRtpReceiver__remote_streams

@@ -89,27 +89,23 @@ class EchoSession(BackendSession):
     def audio_in(self, pcm: bytes) -> None:
         if len(pcm) != FRAME_BYTES:
             raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
-        if self.closed:
-            return
-        self.frames_in += 1
-        if self._playout.depth(self._clock()) >= self.max_lag_frames:
-            self.frames_dropped += 1
-            return
-        self._playout.add()
-        self._emit_audio(bytes(pcm))
-        self.frames_out += 1
+        self._echo(bytes(pcm), 1.0)
 
     def opus_in(self, frame: OpusFrame) -> None:
         if self.audio_format != OPUS:
             super().opus_in(frame)
+        self._echo(frame.payload, packet_samples(frame.payload) / FRAME_SAMPLES)
+
+    def _echo(self, data: bytes, frames: float) -> None:
+        """Back to the caller, unless that would put it more than max_lag_frames behind."""
         if self.closed:
             return
         self.frames_in += 1
         if self._playout.depth(self._clock()) >= self.max_lag_frames:
             self.frames_dropped += 1
             return
-        self._playout.add(packet_samples(frame.payload) / FRAME_SAMPLES)
-        self._emit_audio(frame.payload)
+        self._playout.add(frames)
+        self._emit_audio(data)
         self.frames_out += 1
 
     def event_in(self, event: dict) -> None:

@@ -180,27 +180,23 @@ class WebSocketSession(BackendSession):
             raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
         if self.state != "open":
             return
-        self.frames_in += 1
-        if self._queued_frames >= self._config.max_queued_frames:
-            self._drop_oldest(bytes)
-            self._queued_frames -= 1
-            self.frames_dropped += 1
         # bytes(x) is x itself for bytes; a caller's reusable buffer gets copied.
-        self._outbox.append(bytes(pcm))
-        self._queued_frames += 1
-        self._outbox_ready.set()
+        self._queue_audio(bytes(pcm))
 
     def opus_in(self, frame: OpusFrame) -> None:
         if self.audio_format != OPUS:
             super().opus_in(frame)
         if self.state != "open":
             return
+        self._queue_audio(OPUS_HEADER.pack(frame.sequence, frame.timestamp) + frame.payload)
+
+    def _queue_audio(self, message: bytes) -> None:
         self.frames_in += 1
         if self._queued_frames >= self._config.max_queued_frames:
             self._drop_oldest(bytes)
             self._queued_frames -= 1
             self.frames_dropped += 1
-        self._outbox.append(OPUS_HEADER.pack(frame.sequence, frame.timestamp) + frame.payload)
+        self._outbox.append(message)
         self._queued_frames += 1
         self._outbox_ready.set()
 

@@ -100,6 +100,7 @@ class BenchConfig:
     out_dir: str = str(RESULTS_DIR)
     quick: bool = False  # a smoke test: the criterion is not judged
     overload: float = 0.0  # then offer this x the largest N that passed (bench/sessions_overload)
+    audio_format: str = "pcm16"  # the echo backend's (transceiver serve --audio-format)
 
     @property
     def workers(self) -> int:
@@ -284,7 +285,14 @@ def start_services(
     relay = RelayProcess({}, workers=1, pin=True)
     trx = TransceiverProcess(
         relay,
-        extra_args=["--drain-grace", "5", "--max-sessions", str(max(cfg.sessions) + 10)],
+        extra_args=[
+            "--drain-grace",
+            "5",
+            "--max-sessions",
+            str(max(cfg.sessions) + 10),
+            "--audio-format",
+            cfg.audio_format,
+        ],
     )
     # The steps measure the transceiver, not its admission policy (the overload step does).
     trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
@@ -615,6 +623,13 @@ exits 0 whatever the figures are.
     "transceiver with its default admission: admitted calls must keep < 1%% frame loss, the "
     "rest get 503 + Retry-After (e.g. 1.5).",
 )
+@click.option(
+    "--audio-format",
+    type=click.Choice(["pcm16", "opus"]),
+    default="pcm16",
+    show_default=True,
+    help="The echo backend's audio: decoded PCM16, or Opus passed through (no codec work).",
+)
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -624,6 +639,7 @@ def sessions_bench(
     out_dir: str,
     retries: int,
     overload: float | None,
+    audio_format: str,
     quick: bool,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
@@ -639,6 +655,7 @@ def sessions_bench(
             out_dir=out_dir,
             quick=True,
             overload=overload or 0.0,
+            audio_format=audio_format,
         )
     else:
         cfg = BenchConfig(
@@ -649,6 +666,7 @@ def sessions_bench(
             retries=retries,
             out_dir=out_dir,
             overload=overload or 0.0,
+            audio_format=audio_format,
         )
     run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 

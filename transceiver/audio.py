@@ -1,18 +1,18 @@
-"""Audio between aiortc and a backend: 20 ms PCM16 mono frames at 48 kHz both ways.
+"""Outbound audio: the backend's audio paced in real time, handed to aiortc's sender as Opus.
 
-Inbound, the caller's decoded frames (stereo s16 from aiortc's Opus decoder) become mono PCM.
-Outbound, ``BackendAudioTrack`` paces the backend's PCM in real time and encodes it to Opus
-itself, returning encoded packets to aiortc's sender: the sender then only packetizes them. That
-removes two per-frame costs of stock aiortc (docs/design.md) without patching it: the pure-Python
-``compute_audio_level_dbov`` over every frame, and a thread-pool round trip
+``BackendAudioTrack`` takes what the backend emits, PCM16 mono 48 kHz (format ``pcm16``: encoded
+to Opus here, 20 ms at a time) or Opus packets (format ``opus``: sent as they are, each paced by
+its own duration), and returns encoded packets to aiortc's sender, which then only packetizes
+them. That removes two per-frame costs of stock aiortc (docs/design.md) without patching it: the
+pure-Python ``compute_audio_level_dbov`` over every frame, and a thread-pool round trip
 (``run_in_executor``) for every encode. The price: no RFC 6464 audio-level header extension on
-outbound packets, which a 1:1 voice session does not need.
+outbound packets, which a 1:1 voice session does not need. Inbound audio: ``transceiver.inbound``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fractions
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -20,32 +20,26 @@ from collections.abc import Callable
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from transceiver.backend import AUDIO_SAMPLE_RATE, FRAME_BYTES
+from transceiver import opus
+from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, OPUS, PCM16
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
-FRAME_S = SAMPLES_PER_FRAME / AUDIO_SAMPLE_RATE
-TIME_BASE = fractions.Fraction(1, AUDIO_SAMPLE_RATE)
 SILENCE = bytes(FRAME_BYTES)
-OPUS_BITRATE = 32000  # voice, mono
 
 
-class InboundConverter:
-    """aiortc AudioFrame (any layout/rate) -> whole 20 ms PCM16 mono frames."""
-
-    def __init__(self) -> None:
-        self._resampler = av.AudioResampler(
-            format="s16", layout="mono", rate=AUDIO_SAMPLE_RATE, frame_size=SAMPLES_PER_FRAME
-        )
-
-    def convert(self, frame: av.AudioFrame) -> list[bytes]:
-        out = []
-        for f in self._resampler.resample(frame):
-            out.append(bytes(f.planes[0])[: f.samples * 2])
-        return out
+@functools.cache
+def silent_packet() -> bytes:
+    """20 ms of Opus silence, encoded once per process: passthrough's filler."""
+    return opus.silence_packet()
 
 
 class BackendAudioTrack(MediaStreamTrack):
-    """An outbound audio track fed by ``push(pcm)``; yields Opus packets paced at 20 ms."""
+    """An outbound audio track fed by ``push`` (PCM) or ``push_opus``; yields Opus packets paced
+    in real time, silence when the backend has nothing.
+
+    The format is ``pcm16`` until ``set_format`` says otherwise (the session learns it once the
+    backend opened, after the track was added); the encoder exists only if PCM ever comes.
+    """
 
     kind = "audio"
 
@@ -56,20 +50,24 @@ class BackendAudioTrack(MediaStreamTrack):
     ) -> None:
         super().__init__()
         self._on_frame_out = on_frame_out
+        self.audio_format = PCM16
+        # PCM16 frames (pcm16) or (packet, samples) (opus), oldest first.
         self._frames: deque[bytes] = deque(maxlen=max_buffered_frames)
+        self._packets: deque[tuple[bytes, int]] = deque(maxlen=max_buffered_frames)
         self._pending = b""
-        self._codec = av.CodecContext.create("libopus", "w")
-        self._codec.bit_rate = OPUS_BITRATE
-        self._codec.format = "s16"
-        self._codec.layout = "mono"
-        self._codec.sample_rate = AUDIO_SAMPLE_RATE
-        self._codec.time_base = TIME_BASE
-        self._codec.options = {"application": "voip"}
+        self._encoder: opus.Encoder | None = None
         self._pts = 0
         self._start: float | None = None
         self._encoded: deque[av.Packet] = deque()
         self.frames_out = 0
         self.frames_dropped = 0
+
+    def set_format(self, audio_format: str) -> None:
+        if audio_format not in AUDIO_FORMATS:
+            raise ValueError(f"unknown audio format {audio_format!r}")
+        self.audio_format = audio_format
+        if audio_format == OPUS:
+            silent_packet()  # encoded now, not in the first recv
 
     def push(self, pcm: bytes) -> None:
         """Queue PCM from the backend (any length; split into whole frames, rest kept)."""
@@ -81,38 +79,57 @@ class BackendAudioTrack(MediaStreamTrack):
             self._frames.append(data[i : i + FRAME_BYTES])
         self._pending = data[whole:]
 
+    def push_opus(self, packet: bytes) -> None:
+        """Queue one Opus packet from the backend; ValueError (``OpusError``) if it is not one."""
+        samples = opus.packet_samples(packet)
+        if len(self._packets) == self._packets.maxlen:
+            self.frames_dropped += 1
+        self._packets.append((bytes(packet), samples))
+
     def clear(self) -> int:
         """Forget audio not yet played (barge-in); returns how many frames were dropped."""
-        dropped = len(self._frames)
+        dropped = len(self._frames) + len(self._packets)
         self._frames.clear()
+        self._packets.clear()
         self._pending = b""
         return dropped
 
-    def _encode(self, pcm: bytes) -> list[av.Packet]:
-        frame = av.AudioFrame(format="s16", layout="mono", samples=SAMPLES_PER_FRAME)
-        frame.planes[0].update(pcm)
-        frame.sample_rate = AUDIO_SAMPLE_RATE
-        frame.time_base = TIME_BASE
-        frame.pts = self._pts
+    def _next(self) -> list[av.Packet]:
+        """The next packet(s) to send, and how long they last (advances ``_pts``)."""
+        if self.audio_format == OPUS:
+            if self._packets:
+                payload, samples = self._packets.popleft()
+                self._count_out()
+            else:
+                payload, samples = silent_packet(), SAMPLES_PER_FRAME
+            packet = av.Packet(payload)
+            packet.pts = self._pts
+            self._pts += samples
+            return [packet]
+        pcm = self._frames.popleft() if self._frames else SILENCE
+        if pcm is not SILENCE:
+            self._count_out()
+        if self._encoder is None:
+            self._encoder = opus.Encoder()
         self._pts += SAMPLES_PER_FRAME
-        return list(self._codec.encode(frame))
+        return self._encoder.encode(pcm)
+
+    def _count_out(self) -> None:
+        self.frames_out += 1
+        if self._on_frame_out is not None:
+            self._on_frame_out()
 
     async def recv(self) -> av.Packet:  # type: ignore[override]
         if self.readyState != "live":
             raise MediaStreamError
         while not self._encoded:
-            # Pace like a sound card: one frame every 20 ms from the first call.
+            # Pace like a sound card: each packet when the previous ones have played out.
             if self._start is None:
                 self._start = time.monotonic()
             wait = self._start + self._pts / AUDIO_SAMPLE_RATE - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            pcm = self._frames.popleft() if self._frames else SILENCE
-            if pcm is not SILENCE:
-                self.frames_out += 1
-                if self._on_frame_out is not None:
-                    self._on_frame_out()
-            for packet in self._encode(pcm):
-                packet.time_base = TIME_BASE
+            for packet in self._next():
+                packet.time_base = opus.TIME_BASE
                 self._encoded.append(packet)
         return self._encoded.popleft()

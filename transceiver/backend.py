@@ -1,7 +1,10 @@
 """The interface between the transceiver and whatever answers a call (a "backend").
 
-The transceiver decodes the caller's audio to 20 ms PCM16 mono frames at 48 kHz and relays the
-caller's JSON events; a backend answers with PCM and events of its own. Both directions are
+The transceiver relays the caller's audio and JSON events; a backend answers with audio and
+events of its own. Audio comes in one of two formats, chosen by the backend for each session
+(``BackendSession.audio_format``): ``pcm16``, 20 ms PCM16 mono frames at 48 kHz that the
+transceiver decodes and encodes, or ``opus``, the caller's Opus packets as they arrived and Opus
+packets back, with no codec work in the transceiver at all. Both directions are
 push-based and synchronous at the edge (``audio_in``/``event_in`` toward the backend,
 ``emit_audio``/``emit_event`` toward the caller), so neither side can stall the other's event
 loop work: whoever is behind drops and counts, it never blocks.
@@ -20,13 +23,17 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "AUDIO_CHANNELS",
+    "AUDIO_FORMATS",
     "AUDIO_SAMPLE_RATE",
     "BACKEND_NAMES",
     "FRAME_BYTES",
     "FRAME_MS",
+    "OPUS",
+    "PCM16",
     "Backend",
     "BackendError",
     "BackendSession",
+    "OpusFrame",
     "SessionInfo",
 ]
 
@@ -37,6 +44,10 @@ FRAME_BYTES = AUDIO_SAMPLE_RATE * FRAME_MS // 1000 * AUDIO_CHANNELS * 2  # PCM16
 assert FRAME_BYTES == 1920
 
 BACKEND_NAMES = ("echo", "websocket")
+
+PCM16 = "pcm16"  # audio_in(pcm) / emit_audio(pcm): 20 ms PCM16 frames, decoded and encoded here
+OPUS = "opus"  # opus_in(OpusFrame) / emit_audio(packet): Opus packets passed through untouched
+AUDIO_FORMATS = (PCM16, OPUS)
 
 _SESSION_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -61,8 +72,29 @@ class SessionInfo:
             raise ValueError(f"transceiver_id must be 0..65535, got {self.transceiver_id}")
 
 
+@dataclass(frozen=True, slots=True)
+class OpusFrame:
+    """One Opus packet from the caller (format ``opus``), with its RTP timing.
+
+    Packets come in sequence order (the transceiver's jitter buffer reorders and drops late
+    ones); a gap in ``sequence`` is a packet lost on the way, which the backend's decoder may
+    conceal (libopus: decode with no data, or with FEC from the next packet).
+    """
+
+    payload: bytes  # the Opus packet (RFC 7587: the whole RTP payload)
+    sequence: int  # RTP sequence number, 16 bits, wraps
+    timestamp: int  # RTP timestamp, 48 kHz clock, 32 bits, wraps; random origin
+
+
 class BackendSession(abc.ABC):
-    """One call, as the backend sees it. Push-based both ways, never blocking the caller."""
+    """One call, as the backend sees it. Push-based both ways, never blocking the caller.
+
+    ``audio_format`` is what this session takes and gives, read by the transceiver once
+    ``open_session`` returns: ``pcm16`` (``audio_in`` and PCM through ``emit_audio``) or
+    ``opus`` (``opus_in`` and one Opus packet per ``emit_audio``).
+    """
+
+    audio_format: str = PCM16
 
     @abc.abstractmethod
     def audio_in(self, pcm: bytes) -> None:
@@ -71,6 +103,14 @@ class BackendSession(abc.ABC):
         Must not block; drop (and count) when the backend is behind. A frame of another size is
         the caller's bug: ValueError. Frames after ``close`` or a failure are ignored.
         """
+
+    def opus_in(self, frame: OpusFrame) -> None:
+        """One Opus packet from the caller, for a session whose ``audio_format`` is ``opus``.
+
+        Must not block, as ``audio_in``; the packet duration is whatever the caller chose
+        (20 ms from browsers). Frames after ``close`` or a failure are ignored.
+        """
+        raise NotImplementedError(f"{type(self).__name__} takes no Opus (audio_format pcm16)")
 
     @abc.abstractmethod
     def event_in(self, event: dict) -> None:
@@ -96,8 +136,10 @@ class Backend(abc.ABC):
     ) -> BackendSession:
         """Start a call.
 
-        ``emit_audio(pcm)`` and ``emit_event(dict)`` are the transceiver's sinks toward the
-        caller (sync, non-blocking; PCM in any whole number of 20 ms frames is accepted).
+        ``emit_audio(data)`` and ``emit_event(dict)`` are the transceiver's sinks toward the
+        caller (sync, non-blocking). ``data`` is, by the session's ``audio_format``: PCM in any
+        whole number of 20 ms frames (``pcm16``), or exactly one Opus packet of 2.5..120 ms
+        (``opus``; ValueError if it is not one), sent to the caller as it is.
         ``on_failure(reason)`` tells the transceiver the backend side broke; it is called at most
         once per session and the transceiver then ends the call (reason 'backend_error') and
         calls ``close``. Raise BackendError if the call cannot start.

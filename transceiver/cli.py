@@ -117,6 +117,15 @@ def main() -> None:
     "--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket."
 )
 @env_option(
+    "--audio-format",
+    env="AUDIO_FORMAT",
+    default="pcm16",
+    show_default=True,
+    type=click.Choice(["pcm16", "opus"]),
+    help="What the echo backend takes: decoded PCM16, or the caller's Opus passed through "
+    "(no codec work). A websocket backend chooses per call (docs/backend-protocol.md).",
+)
+@env_option(
     "--max-sessions",
     env="MAX_SESSIONS",
     type=int,
@@ -354,6 +363,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         keyring_json=opts["keyring_json"],
         backend=opts["backend"],
         backend_url=opts["backend_url"],
+        audio_format=opts["audio_format"],
         max_sessions=opts["max_sessions"],
         admit_max_cpu_pct=opts["admit_max_cpu"],
         admit_max_loop_lag_ms=opts["admit_max_loop_lag"],

@@ -27,6 +27,7 @@ class TransceiverConfig:
     keyring_json: str | None = None
     backend: str = "echo"
     backend_url: str | None = None
+    audio_format: str = "pcm16"  # the echo backend's; a websocket backend picks per session
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
     max_sessions: int = 40
@@ -71,6 +72,13 @@ class TransceiverConfig:
             raise ConfigError("--backend", f"unknown backend {self.backend!r} (echo, websocket)")
         if self.backend == "websocket" and not self.backend_url:
             raise ConfigError("--backend-url", "required with --backend websocket")
+        if self.audio_format not in ("pcm16", "opus"):
+            raise ConfigError("--audio-format", f"unknown {self.audio_format!r} (pcm16, opus)")
+        if self.backend != "echo" and self.audio_format != "pcm16":
+            raise ConfigError(
+                "--audio-format",
+                "only for --backend echo: a websocket backend chooses its format per call",
+            )
         for option, value in (
             ("--max-sessions", self.max_sessions),
             ("--ice-timeout", self.ice_timeout_s),

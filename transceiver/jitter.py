@@ -1,4 +1,4 @@
-"""A low-latency audio jitter buffer for aiortc's receiver, and the hook that installs it.
+"""A low-latency audio jitter buffer for inbound RTP audio (``transceiver.inbound`` feeds it).
 
 aiortc's audio buffer (``JitterBuffer(capacity=16, prefetch=4)``) holds four frames (80 ms) and,
 after a single lost packet, waits until 16 packets stand behind the hole before skipping it: a
@@ -6,8 +6,8 @@ after a single lost packet, waits until 16 packets stand behind the hole before 
 (aiortc issue #543). For a voice agent that is 280 ms more latency on every turn after the first
 loss, and a relay fail-over that loses one or two packets would cost a third of a second of audio.
 
-``AudioJitterBuffer`` keeps aiortc's interface (``add(packet) -> (pli, frame)``, at most one
-frame per packet, because the receiver decodes what ``add`` returns) with another policy:
+``AudioJitterBuffer`` releases at most one packet per packet pushed (``push(packet) -> packet
+or None``; ``add`` is the same in aiortc's interface), with another policy than aiortc's:
 
 - in order: each packet is released as it arrives (no prefetch);
 - a hole is declared lost once ``hole_wait`` packets wait behind it (40 ms by default), so a
@@ -18,7 +18,8 @@ frame per packet, because the receiver decodes what ``add`` returns) with anothe
 - late packets (already skipped) are dropped; a sequence jump beyond ``capacity`` or back beyond
   ``MAX_MISORDER`` (a sender that restarted) starts over at the new packet.
 
-Sans-I/O: no clock, no socket. ``install`` swaps it into a peer connection's audio receivers,
+Sans-I/O: no clock, no socket. The transceiver's receiver (``transceiver.inbound``) pushes into
+it; ``install`` swaps it into a stock aiortc receiver instead (the bench's aiortc callers),
 guarded by the private attribute it replaces (aiortc 1.x): on another aiortc it refuses.
 """
 
@@ -84,6 +85,14 @@ class AudioJitterBuffer:
         self._next = oldest
 
     def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
+        """aiortc's interface (``install``): ``(False, frame of the released packet's _data)``."""
+        released = self.push(packet)
+        if released is None:
+            return False, None
+        return False, JitterFrame(data=released._data, timestamp=released.timestamp)
+
+    def push(self, packet: Any) -> Any | None:
+        """Take a packet (``sequence_number`` read); return the packet due for playout, if any."""
         seq = packet.sequence_number
         if self._next is None:
             self._next = seq
@@ -91,19 +100,19 @@ class AudioJitterBuffer:
         if d < 0:
             if d >= -MAX_MISORDER:
                 self._count("late")
-                return False, None
+                return None
             self._resync(seq)
         elif d >= self.capacity:
             self._resync(seq)
         self._waiting[seq] = packet
         if self._next not in self._waiting:
             if len(self._waiting) < self.hole_wait:
-                return False, None
+                return None
             self._skip_to_oldest()
         released = self._waiting.pop(self._next)
         self._next = (self._next + 1) & 0xFFFF
         self._trim()
-        return False, JitterFrame(data=released._data, timestamp=released.timestamp)
+        return released
 
     def _trim(self) -> None:
         """Bound what waits after a release, and let a lasting backlog drain one frame at a time."""
@@ -125,9 +134,8 @@ class AudioJitterBuffer:
 
 
 def install(pc: Any, on_event: Callable[[str, int], None] | None = None) -> int:
-    """Give every audio receiver of ``pc`` an ``AudioJitterBuffer``; returns how many.
-
-    Call after ``setRemoteDescription`` (receivers exist) and before media flows.
+    """Give every audio receiver of a stock aiortc ``pc`` an ``AudioJitterBuffer``; returns how
+    many. Call after ``setRemoteDescription`` (receivers exist) and before media flows.
     """
     installed = 0
     for transceiver in pc.getTransceivers():

@@ -72,7 +72,8 @@ class TransceiverMetrics:
         self.jitter_events = Counter(
             "rtcedge_transceiver_audio_jitter_events",
             "Inbound audio packets the jitter buffer gave up on (lost), dropped as late or to cut"
-            " latency (trimmed), and sequence restarts (resync).",
+            " latency (trimmed), sequence restarts (resync), packets that are not Opus or that"
+            " libopus refused (undecodable) and packets of another codec (foreign).",
             ["event"],
             registry=r,
         )

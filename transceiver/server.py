@@ -45,7 +45,8 @@ class TransceiverServer:
         self.config = config.validate()
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
         url = config.backend_url if config.backend == "websocket" else None
-        self.backend = backend or create_backend(config.backend, url)
+        options = {"audio_format": config.audio_format} if config.backend == "echo" else {}
+        self.backend = backend or create_backend(config.backend, url, **options)
         self.metrics = TransceiverMetrics()
         self.regions = config.region_table()
         for label in self.regions.labels:  # every region shows, at 0 until its first session

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
-from transceiver import jitter
-from transceiver.audio import BackendAudioTrack, InboundConverter
-from transceiver.backend import Backend, BackendSession, SessionInfo
+from transceiver import inbound
+from transceiver.audio import BackendAudioTrack
+from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
 from transceiver.ice import Addr, SharedSocketConnection, install
 from transceiver.lifecycle import Lifecycle, Limits, State
 from transceiver.metrics import SessionMetrics
@@ -83,6 +82,7 @@ class Session:
         )
         self.out_track = BackendAudioTrack(on_frame_out=self._metrics.audio_frames_out.inc)
         self.backend: BackendSession | None = None
+        self.audio_format = ""  # the backend's choice (transceiver.backend.AUDIO_FORMATS)
         self.channel: Any = None
         self._pending_events: list[str] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -94,24 +94,69 @@ class Session:
     async def answer(self, offer_sdp: str, remote: str, metadata: dict[str, str]) -> str:
         """Apply the offer, open the backend, and return the SDP answer."""
         pc = self.pc
-        pc.on("track", self._on_track)
         pc.on("datachannel", self._on_datachannel)
         pc.on("iceconnectionstatechange", self._on_ice_state)
         pc.on("connectionstatechange", self._on_connection_state)
         await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
         _receive_audio_only(pc)
         install(pc, self.ice)
-        jitter.install(pc, on_event=self._on_jitter_event)
         pc.addTrack(self.out_track)
         info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata)
         self.backend = await self._context.backend.open_session(
-            info, self.out_track.push, self._emit_event, self._on_backend_failure
+            info, self._emit_audio, self._emit_event, self._on_backend_failure
         )
+        self._wire_audio(self.backend)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
         self._connect_task = _connect_task_of(pc)
         self.lifecycle.start_connecting(time.monotonic())
         return pc.localDescription.sdp
+
+    def _wire_audio(self, backend: BackendSession) -> None:
+        """Inbound and outbound audio in the format the backend chose for this session."""
+        audio_format = getattr(backend, "audio_format", None)
+        if audio_format not in AUDIO_FORMATS:
+            raise ValueError(
+                f"backend session audio_format {audio_format!r} is not one of {AUDIO_FORMATS}"
+            )
+        self.audio_format = audio_format
+        self.out_track.set_format(audio_format)
+        path = inbound.InboundAudio(
+            audio_format, self._on_pcm_in, self._on_opus_in, self._on_jitter_event
+        )
+        inbound.install(self.pc, path)
+
+    def _emit_audio(self, data: bytes) -> None:
+        """The backend's audio sink: PCM (pcm16) or one Opus packet (opus) toward the caller."""
+        if self.audio_format == OPUS:
+            self.out_track.push_opus(data)
+        else:
+            self.out_track.push(data)
+
+    def _audio_arrived(self) -> None:
+        self.frames_in += 1
+        self._metrics.audio_frames_in.inc()
+        self.lifecycle.audio_received(time.monotonic())
+
+    def _on_pcm_in(self, pcm: bytes) -> None:
+        """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
+        self._audio_arrived()
+        if self.backend is not None:
+            try:
+                self.backend.audio_in(pcm)
+            except Exception:  # the media path must go on; a backend that raises is broken
+                log.exception("session %s: the backend's audio_in failed", self.id)
+                self._on_backend_failure("audio_in raised")
+
+    def _on_opus_in(self, frame: OpusFrame) -> None:
+        """A packet of the caller's, untouched (opus); on the event loop, per packet."""
+        self._audio_arrived()
+        if self.backend is not None:
+            try:
+                self.backend.opus_in(frame)
+            except Exception:
+                log.exception("session %s: the backend's opus_in failed", self.id)
+                self._on_backend_failure("opus_in raised")
 
     def _on_jitter_event(self, event: str, count: int) -> None:
         self._metrics.jitter_events.labels(event).inc(count)
@@ -122,26 +167,6 @@ class Session:
         task.add_done_callback(self._tasks.discard)
 
     # -- events from aiortc -------------------------------------------------------------------
-    def _on_track(self, track: MediaStreamTrack) -> None:
-        if track.kind == "audio":
-            self._spawn(self._read_audio(track))
-
-    async def _read_audio(self, track: MediaStreamTrack) -> None:
-        converter = InboundConverter()
-        frames = self._metrics.audio_frames_in
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            now = time.monotonic()
-            for pcm in converter.convert(frame):
-                self.frames_in += 1
-                frames.inc()
-                self.lifecycle.audio_received(now)
-                if self.backend is not None:
-                    self.backend.audio_in(pcm)
-
     def _on_datachannel(self, channel: Any) -> None:
         if channel.label != EVENTS_CHANNEL:
             return

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.waits import wait_until
-from transceiver.backend import FRAME_BYTES, BackendError, SessionInfo
+from transceiver.backend import FRAME_BYTES, BackendError, OpusFrame, SessionInfo
 from transceiver.backends import create_backend
 from transceiver.backends.echo import EchoBackend, EchoSession, PlayoutEstimate
 from transceiver.backends.websocket import WebSocketBackend, WebSocketSession
@@ -75,8 +75,13 @@ def open_fds() -> int:
 class Server:
     """A WebSocket backend on 127.0.0.1 whose per-call behaviour is a test's coroutine."""
 
-    def __init__(self, handler: Callable[[web.WebSocketResponse, web.Request], Awaitable[None]]):
+    def __init__(
+        self,
+        handler: Callable[[web.WebSocketResponse, web.Request], Awaitable[None]],
+        protocols: tuple[str, ...] = (),
+    ):
         self.handler = handler
+        self.protocols = protocols
         self.queries: list[dict[str, str]] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -84,7 +89,7 @@ class Server:
     async def __aenter__(self) -> Server:
         async def call(request: web.Request) -> web.WebSocketResponse:
             self.queries.append(dict(request.query))
-            ws = web.WebSocketResponse()
+            ws = web.WebSocketResponse(protocols=self.protocols)
             await ws.prepare(request)
             await self.handler(ws, request)
             return ws
@@ -526,3 +531,100 @@ def test_create_backend_builds_the_built_ins() -> None:
 def test_session_info_rejects_bad_fields(overrides) -> None:
     with pytest.raises(ValueError):
         info(**overrides)
+
+
+# -- the opus audio format --
+
+
+def opus_frame(n: int, samples: int = 960) -> OpusFrame:
+    """A distinguishable Opus packet (CELT 20 ms TOC, code 0), with its RTP timing."""
+    return OpusFrame(bytes([31 << 3]) + n.to_bytes(4, "big"), n & 0xFFFF, n * samples)
+
+
+def test_echo_in_opus_passes_packets_through_and_keeps_its_lag_bound() -> None:
+    async def body() -> None:
+        session = await create_backend("echo", audio_format="opus").open_session(
+            info(), *Sinks().args()
+        )
+        assert session.audio_format == "opus"
+
+    run(body())
+    sinks = Sinks()
+    session = EchoSession(info(), *sinks.args()[:2], clock=lambda: 100.0, audio_format="opus")
+    for n in range(12):  # a burst within the same instant: only 100 ms of it goes back
+        session.opus_in(opus_frame(n))
+    assert sinks.audio == [opus_frame(n).payload for n in range(5)]
+    assert session.frames_dropped == 7
+    run(session.close("hangup"))
+    session.opus_in(opus_frame(99))
+    assert len(sinks.audio) == 5
+
+
+def test_echo_in_pcm16_takes_no_opus_and_unknown_formats_are_refused() -> None:
+    async def body() -> None:
+        session = await create_backend("echo").open_session(info(), *Sinks().args())
+        assert session.audio_format == "pcm16"
+        with pytest.raises(NotImplementedError):
+            session.opus_in(opus_frame(1))
+
+    run(body())
+    with pytest.raises(ValueError, match="audio format"):
+        create_backend("echo", audio_format="mp3")
+
+
+def test_websocket_backend_that_picks_opus_gets_packets_with_their_timing() -> None:
+    async def body() -> None:
+        runner = await start(load_example_server().make_app("opus"))
+        backend = create_backend("websocket", f"ws://127.0.0.1:{port_of(runner)}/")
+        sinks = Sinks()
+        session = await backend.open_session(info(), *sinks.args())
+        assert session.audio_format == "opus"
+        for n in range(5):
+            session.opus_in(opus_frame(n))
+        assert await wait_until(lambda: len(sinks.audio) == 5, 2)
+        assert sinks.audio == [opus_frame(n).payload for n in range(5)]
+        assert (session.frames_in, session.frames_out) == (5, 5)
+        await session.close("hangup")
+        await backend.close()
+        await runner.cleanup()
+
+    run(body())
+
+
+def test_websocket_opus_header_and_start_message_and_malformed_packets() -> None:
+    received: list = []
+
+    async def handler(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_bytes(b"")  # not an Opus packet: dropped, counted
+        await ws.send_bytes(bytes([31 << 3 | 3]))  # code 3 without its count: dropped
+        await ws.send_bytes(opus_frame(7).payload)
+        await record(ws, received)
+
+    async def body() -> None:
+        async with Server(handler, protocols=("rtcedge.opus",)) as server:
+            backend = create_backend("websocket", server.url)
+            sinks = Sinks()
+            session = await backend.open_session(info(), *sinks.args())
+            session.opus_in(OpusFrame(opus_frame(1).payload, 0xFFFF, 0xFFFFFFFF))
+            assert await wait_until(lambda: len(received) == 2 and len(sinks.audio) == 1, 2)
+            assert session.protocol_errors == 2
+            await session.close("hangup")
+            await backend.close()
+        assert sinks.audio == [opus_frame(7).payload]
+        assert received[0]["audio"]["encoding"] == "opus"
+        assert received[1] == b"\xff\xff\xff\xff\xff\xff" + opus_frame(1).payload
+
+    run(body())
+
+
+def test_websocket_backend_without_a_subprotocol_stays_pcm16() -> None:
+    async def body() -> None:
+        runner = await start(load_example_server().make_app())
+        backend = create_backend("websocket", f"ws://127.0.0.1:{port_of(runner)}/")
+        session = await backend.open_session(info(), *Sinks().args())
+        assert session.audio_format == "pcm16"
+        await session.close("hangup")
+        await backend.close()
+        await runner.cleanup()
+
+    run(body())

@@ -33,6 +33,10 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--http", "127.0.0.1:x"], "--http"),
         (["--backend", "grpc"], "--backend"),
         (["--backend", "websocket"], "--backend-url"),
+        (
+            ["--backend", "websocket", "--backend-url", "ws://b/", "--audio-format", "opus"],
+            "--audio-format",
+        ),
         (["--max-sessions", "0"], "--max-sessions"),
         (["--ice-timeout", "0"], "--ice-timeout"),
         (["--idle-timeout", "-1"], "--idle-timeout"),

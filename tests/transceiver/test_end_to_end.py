@@ -67,3 +67,26 @@ def test_five_clients_hear_their_own_tone_through_one_socket(stack):
     assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="out") > 0
     assert trx.metric("rtcedge_transceiver_ice_connected_seconds_count") >= 5
     assert trx.metric("rtcedge_transceiver_dtls_connected_seconds_count") >= 5
+
+
+@pytest.fixture(scope="module")
+def opus_stack():
+    relay = RelayProcess({}, workers=1)
+    trx = TransceiverProcess(relay, extra_args=["--audio-format", "opus"])
+    relay.transceivers = {0: trx.media_address}
+    with relay, trx:
+        yield relay, trx
+
+
+def test_opus_passthrough_echo_is_heard_by_each_client(opus_stack):
+    """The echo backend in the opus format: the callers' packets go back untouched (no codec
+    work in the transceiver), and each caller still hears only its own tone."""
+    _relay, trx = opus_stack
+    results = run_clients(trx.url, seconds=2.5)
+    for r in results:
+        assert r["connected"] and r["error"] == "", r["error"]
+        assert r["frames_with_own_tone"] >= 0.7 * r["frames_expected"], r
+        assert r["frames_with_other_tone"] == 0, "no cross-talk"
+    assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="in") > 0
+    assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="out") > 0
+    assert trx.metric("rtcedge_transceiver_sessions_active") == 0

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from transceiver.backend import BACKEND_NAMES, Backend
+from transceiver.backend import BACKEND_NAMES, PCM16, Backend
 from transceiver.backends.echo import EchoBackend
 from transceiver.backends.websocket import WebSocketBackend, WebSocketBackendConfig
 
@@ -11,17 +11,19 @@ from transceiver.backends.websocket import WebSocketBackend, WebSocketBackendCon
 def create_backend(name: str = "echo", url: str | None = None, **options) -> Backend:
     """Build a backend from configuration: 'echo' (no url) or 'websocket' (ws:// or wss:// url).
 
-    ``options`` are backend-specific (for ``websocket``: see ``WebSocketBackendConfig``). Any
-    problem raises ValueError naming it, so a bad deployment fails at start, not at the first call.
+    ``options`` are backend-specific (for ``echo``: ``audio_format``, 'pcm16' or 'opus'; for
+    ``websocket``: see ``WebSocketBackendConfig``). Any problem raises ValueError naming it, so a
+    bad deployment fails at start, not at the first call.
     """
     if name == "echo":
         if url is not None:
             raise ValueError(f"the echo backend takes no url (got {url!r})")
+        audio_format = options.pop("audio_format", PCM16)
         if options:
             raise ValueError(
                 f"unknown option(s) for the echo backend: {', '.join(sorted(options))}"
             )
-        return EchoBackend()
+        return EchoBackend(audio_format)
     if name == "websocket":
         if not url:
             raise ValueError("the websocket backend needs a url (ws://... or wss://...)")

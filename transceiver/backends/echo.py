@@ -1,7 +1,9 @@
 """The ``echo`` backend: the caller hears itself and gets its events back. Embedded, the default.
 
 It needs nothing outside the process, so a transceiver can be tried (and tested end to end)
-without any inference service.
+without any inference service. It runs in either audio format (``audio_format``, from
+``transceiver serve --audio-format``): ``pcm16`` echoes decoded frames (the transceiver decodes
+and re-encodes), ``opus`` echoes the caller's Opus packets as they are (no codec work at all).
 """
 
 from __future__ import annotations
@@ -9,11 +11,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from transceiver.backend import FRAME_BYTES, Backend, BackendSession, SessionInfo
+from transceiver.backend import (
+    AUDIO_FORMATS,
+    FRAME_BYTES,
+    OPUS,
+    PCM16,
+    Backend,
+    BackendSession,
+    OpusFrame,
+    SessionInfo,
+)
+from transceiver.opus import packet_samples
 
 __all__ = ["EchoBackend", "EchoSession", "PlayoutEstimate"]
 
 FRAME_S = 0.020
+FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 MAX_LAG_FRAMES = 5  # 100 ms
 
 
@@ -35,8 +48,8 @@ class PlayoutEstimate:
         self._at = now
         return self.queued
 
-    def add(self) -> None:
-        self.queued += 1.0
+    def add(self, frames: float = 1.0) -> None:
+        self.queued += frames
 
 
 class EchoSession(BackendSession):
@@ -55,7 +68,11 @@ class EchoSession(BackendSession):
         emit_event: Callable[[dict], None],
         max_lag_frames: int = MAX_LAG_FRAMES,
         clock: Callable[[], float] = time.monotonic,
+        audio_format: str = PCM16,
     ) -> None:
+        if audio_format not in AUDIO_FORMATS:
+            raise ValueError(f"unknown audio format {audio_format!r} ({', '.join(AUDIO_FORMATS)})")
+        self.audio_format = audio_format
         self.info = info
         self.closed = False
         self.close_reason: str | None = None
@@ -72,14 +89,23 @@ class EchoSession(BackendSession):
     def audio_in(self, pcm: bytes) -> None:
         if len(pcm) != FRAME_BYTES:
             raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
+        self._echo(bytes(pcm), 1.0)
+
+    def opus_in(self, frame: OpusFrame) -> None:
+        if self.audio_format != OPUS:
+            super().opus_in(frame)
+        self._echo(frame.payload, packet_samples(frame.payload) / FRAME_SAMPLES)
+
+    def _echo(self, data: bytes, frames: float) -> None:
+        """Back to the caller, unless that would put it more than max_lag_frames behind."""
         if self.closed:
             return
         self.frames_in += 1
         if self._playout.depth(self._clock()) >= self.max_lag_frames:
             self.frames_dropped += 1
             return
-        self._playout.add()
-        self._emit_audio(bytes(pcm))
+        self._playout.add(frames)
+        self._emit_audio(data)
         self.frames_out += 1
 
     def event_in(self, event: dict) -> None:
@@ -95,7 +121,14 @@ class EchoSession(BackendSession):
 
 
 class EchoBackend(Backend):
+    """Every session in ``audio_format`` (``pcm16`` or ``opus``)."""
+
     name = "echo"
+
+    def __init__(self, audio_format: str = PCM16) -> None:
+        if audio_format not in AUDIO_FORMATS:
+            raise ValueError(f"unknown audio format {audio_format!r} ({', '.join(AUDIO_FORMATS)})")
+        self.audio_format = audio_format
 
     async def open_session(
         self,
@@ -104,6 +137,6 @@ class EchoBackend(Backend):
         emit_event: Callable[[dict], None],
         on_failure: Callable[[str], None],
     ) -> EchoSession:
-        session = EchoSession(info, emit_audio, emit_event)
+        session = EchoSession(info, emit_audio, emit_event, audio_format=self.audio_format)
         emit_event({"type": "session.started", "session_id": info.session_id})
         return session

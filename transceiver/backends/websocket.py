@@ -1,6 +1,8 @@
 """The ``websocket`` backend: each call bridged to an external service over its own WebSocket.
 
-Binary messages are PCM16 LE mono 48 kHz in whole 20 ms frames, both ways; text messages are
+Binary messages are audio, both ways: PCM16 LE mono 48 kHz in whole 20 ms frames, or, when the
+backend picks the ``rtcedge.opus`` WebSocket subprotocol at the upgrade, Opus packets (toward
+the backend each behind a 6-byte header: RTP sequence number and timestamp). Text messages are
 JSON objects, both ways. The transceiver speaks first (``session.start``) and last
 (``session.end``). Full wire protocol: docs/backend-protocol.md.
 
@@ -16,6 +18,7 @@ import asyncio
 import json
 import logging
 import math
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -29,21 +32,37 @@ from transceiver.backend import (
     AUDIO_SAMPLE_RATE,
     FRAME_BYTES,
     FRAME_MS,
+    OPUS,
+    PCM16,
     Backend,
     BackendError,
     BackendSession,
+    OpusFrame,
     SessionInfo,
 )
+from transceiver.opus import OpusError, packet_samples
 
 __all__ = ["WebSocketBackend", "WebSocketBackendConfig", "WebSocketSession"]
 
 log = logging.getLogger(__name__)
 
+# The audio format of a call is negotiated at the WebSocket upgrade: the transceiver offers both
+# subprotocols, the backend's 101 names the one it takes; none named: pcm16 (older backends).
+SUBPROTOCOLS = {"rtcedge.pcm16": PCM16, "rtcedge.opus": OPUS}
+OPUS_HEADER = struct.Struct("!HI")  # caller -> backend, before each packet: sequence, timestamp
 AUDIO_FORMAT = {
-    "encoding": "pcm16le",
-    "sample_rate": AUDIO_SAMPLE_RATE,
-    "channels": AUDIO_CHANNELS,
-    "frame_ms": FRAME_MS,
+    PCM16: {
+        "encoding": "pcm16le",
+        "sample_rate": AUDIO_SAMPLE_RATE,
+        "channels": AUDIO_CHANNELS,
+        "frame_ms": FRAME_MS,
+    },
+    OPUS: {
+        "encoding": "opus",
+        "sample_rate": AUDIO_SAMPLE_RATE,
+        "channels": AUDIO_CHANNELS,
+        "header": "sequence:u16be timestamp:u32be",
+    },
 }
 
 
@@ -117,8 +136,10 @@ class WebSocketSession(BackendSession):
         emit_event: Callable[[dict], None],
         on_failure: Callable[[str], None],
         on_closed: Callable[[WebSocketSession], None],
+        audio_format: str = PCM16,
     ) -> None:
         self.info = info
+        self.audio_format = audio_format
         self.state = "open"
         self.close_reason: str | None = None
         self.frames_in = 0
@@ -159,13 +180,23 @@ class WebSocketSession(BackendSession):
             raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
         if self.state != "open":
             return
+        # bytes(x) is x itself for bytes; a caller's reusable buffer gets copied.
+        self._queue_audio(bytes(pcm))
+
+    def opus_in(self, frame: OpusFrame) -> None:
+        if self.audio_format != OPUS:
+            super().opus_in(frame)
+        if self.state != "open":
+            return
+        self._queue_audio(OPUS_HEADER.pack(frame.sequence, frame.timestamp) + frame.payload)
+
+    def _queue_audio(self, message: bytes) -> None:
         self.frames_in += 1
         if self._queued_frames >= self._config.max_queued_frames:
             self._drop_oldest(bytes)
             self._queued_frames -= 1
             self.frames_dropped += 1
-        # bytes(x) is x itself for bytes; a caller's reusable buffer gets copied.
-        self._outbox.append(bytes(pcm))
+        self._outbox.append(message)
         self._queued_frames += 1
         self._outbox_ready.set()
 
@@ -244,6 +275,18 @@ class WebSocketSession(BackendSession):
 
     def _on_audio(self, data: bytes) -> None:
         size = len(data)
+        if self.audio_format == OPUS:
+            try:
+                packet_samples(data)
+            except OpusError as exc:
+                self._protocol_error(f"binary message is not one Opus packet: {exc}")
+                return
+            self.frames_out += 1
+            try:
+                self._emit_audio(data)
+            except Exception:
+                log.exception("session %s: emit_audio failed", self.info.session_id)
+            return
         if size == 0 or size % FRAME_BYTES:
             self._protocol_error(f"binary message of {size} bytes is not whole 20 ms frames")
             return
@@ -383,17 +426,20 @@ class WebSocketBackend(Backend):
             "transceiver_id": info.transceiver_id,
             "remote": info.remote,
             "metadata": dict(info.metadata),
-            "audio": AUDIO_FORMAT,
         }
         ws: aiohttp.ClientWebSocketResponse | None = None
+        audio_format = PCM16
         try:
             async with asyncio.timeout(cfg.connect_timeout_s):
                 ws = await self._http.ws_connect(
                     url,
+                    protocols=tuple(SUBPROTOCOLS),
                     autoping=True,
                     heartbeat=cfg.heartbeat_s,
                     max_msg_size=cfg.max_message_bytes,
                 )
+                audio_format = SUBPROTOCOLS.get(ws.protocol or "", PCM16)
+                start["audio"] = AUDIO_FORMAT[audio_format]
                 await ws.send_str(json.dumps(start, separators=(",", ":"), ensure_ascii=False))
         except BaseException as exc:
             if ws is not None:
@@ -410,7 +456,7 @@ class WebSocketBackend(Backend):
                 raise BackendError(f"cannot reach backend {cfg.url}: {exc}") from exc
             raise
         session = WebSocketSession(
-            info, ws, cfg, emit_audio, emit_event, on_failure, self._sessions.discard
+            info, ws, cfg, emit_audio, emit_event, on_failure, self._sessions.discard, audio_format
         )
         self._sessions.add(session)
         return session

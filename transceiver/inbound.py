@@ -1,0 +1,194 @@
+"""Inbound audio on the event loop: RTP -> jitter buffer -> mono PCM or Opus passthrough -> backend.
+
+Stock aiortc hands every received audio frame to a decoder thread per receiver, which decodes to
+stereo and hands each frame back to the event loop (``run_coroutine_threadsafe``), where a task
+of ours read it from the track's queue and resampled it to mono. Measured on main (issue 12),
+that hand-off cost more CPU than decoding, the downmix ~8 % more, and past its core the threads
+starved each other. Here the packet goes straight from aiortc's SRTP/RTP parsing, on the event
+loop, through our jitter buffer to libopus decoding to mono (``transceiver.opus``, ~18 us per
+20 ms) or, for a backend that takes Opus, to the backend as it is: no thread, no queue, no task
+per packet.
+
+``InboundAudio`` is that path (sans-I/O: packets in, callbacks out). ``install`` puts it under a
+peer connection's audio receiver by turning that one receiver into an ``InlineAudioReceiver``,
+a subclass of aiortc's that replaces exactly two methods: ``receive`` (registration and the
+RTCP task as aiortc does them, minus the decoder thread) and ``_handle_rtp_packet`` (statistics
+for RTCP receiver reports as aiortc keeps them, then ``InboundAudio``). Nothing of aiortc
+changes for other receivers. The private attributes used are checked before the swap
+(``PRIVATE``); on an aiortc that moved them ``install`` refuses, as ``transceiver.ice`` does.
+What is left out: RTX (aiortc negotiates none for audio), the RFC 6464 audio level (unused),
+``getSynchronizationSources`` (nobody asks), the ``track`` (it stays, never fed: do not read it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
+
+from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
+from transceiver.jitter import AudioJitterBuffer
+from transceiver.opus import Decoder, OpusError, packet_samples
+
+OPUS_MIME = "audio/opus"
+# Events counted beside the jitter buffer's (transceiver.jitter.EVENTS).
+UNDECODABLE = "undecodable"  # libopus refused the packet, or its TOC is not Opus
+FOREIGN = "foreign"  # a payload type negotiated for another codec than Opus
+
+# aiortc 1.x's RTCRtpReceiver state that InlineAudioReceiver reads or sets, with the type each
+# has before the receiver starts (None: must be None, not started).
+PRIVATE: dict[str, type | None] = {
+    "_RTCRtpReceiver__codecs": dict,
+    "_RTCRtpReceiver__remote_streams": dict,
+    "_RTCRtpReceiver__started": bool,
+    "_RTCRtpReceiver__decoder_thread": None,
+    "_RTCRtpReceiver__rtcp_task": None,
+    "_RTCRtpReceiver__transport": object,
+}
+
+
+class InboundAudio:
+    """One call's inbound audio: ``push(packet)`` per RTP packet, in arrival order.
+
+    ``pcm16``: each packet due for playout is decoded to mono PCM and cut into 20 ms frames for
+    ``on_pcm`` (a caller's 20 ms packet is exactly one frame; others are re-framed).
+    ``opus``: each packet due is checked (its TOC) and given to ``on_opus`` untouched.
+    ``on_event(event, n)`` counts what was dropped (the jitter buffer's events, ``undecodable``,
+    ``foreign``).
+    """
+
+    def __init__(
+        self,
+        audio_format: str,
+        on_pcm: Callable[[bytes], None] | None = None,
+        on_opus: Callable[[OpusFrame], None] | None = None,
+        on_event: Callable[[str, int], None] | None = None,
+    ) -> None:
+        if audio_format not in (PCM16, OPUS):
+            raise ValueError(f"unknown audio format {audio_format!r}")
+        if (on_pcm if audio_format == PCM16 else on_opus) is None:
+            raise ValueError(f"audio format {audio_format} needs its callback")
+        self.audio_format = audio_format
+        self._on_pcm = on_pcm
+        self._on_opus = on_opus
+        self._on_event = on_event
+        self.jitter = AudioJitterBuffer(on_event=on_event)
+        self._decoder = Decoder() if audio_format == PCM16 else None
+        self._pending = b""  # decoded PCM short of a whole 20 ms frame
+        self.packets = 0
+        self.dropped = dict.fromkeys((UNDECODABLE, FOREIGN), 0)
+
+    def drop(self, event: str) -> None:
+        self.dropped[event] += 1
+        if self._on_event is not None:
+            self._on_event(event, 1)
+
+    def push(self, packet: Any) -> None:
+        """An RTP packet (``sequence_number``, ``timestamp``, ``payload``) of the Opus stream."""
+        self.packets += 1
+        due = self.jitter.push(packet)
+        if due is None:
+            return
+        payload = due.payload
+        if self._decoder is None:
+            try:
+                packet_samples(payload)
+            except OpusError:
+                self.drop(UNDECODABLE)
+                return
+            self._on_opus(OpusFrame(payload, due.sequence_number, due.timestamp))  # type: ignore[misc]
+            return
+        try:
+            pcm = self._decoder.decode(payload)
+        except OpusError:
+            self.drop(UNDECODABLE)
+            return
+        if len(pcm) == FRAME_BYTES and not self._pending:  # a 20 ms packet: the usual case
+            self._on_pcm(pcm)  # type: ignore[misc]
+            return
+        data = self._pending + pcm
+        whole = len(data) - len(data) % FRAME_BYTES
+        for i in range(0, whole, FRAME_BYTES):
+            self._on_pcm(data[i : i + FRAME_BYTES])  # type: ignore[misc]
+        self._pending = data[whole:]
+
+
+class InlineAudioReceiver(RTCRtpReceiver):
+    """aiortc's audio receiver without its decoder thread: packets go to ``_inbound``.
+
+    Never constructed: ``install`` turns aiortc's own receiver into one (``__class__``), so
+    everything aiortc set up (transport, RTCP, statistics) stays as it was.
+    """
+
+    _inbound: InboundAudio
+    _opus_types: frozenset[int]
+
+    async def receive(self, parameters: Any) -> None:
+        """aiortc's ``receive`` (1.9-1.16), minus starting the decoder thread."""
+        if self._RTCRtpReceiver__started:  # type: ignore[attr-defined]
+            return
+        codecs = self._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
+        for codec in parameters.codecs:
+            codecs[codec.payloadType] = codec
+        self._opus_types = frozenset(
+            pt for pt, codec in codecs.items() if codec.mimeType.lower() == OPUS_MIME
+        )
+        self._RTCRtpReceiver__transport._register_rtp_receiver(self, parameters)  # type: ignore[attr-defined]
+        self._RTCRtpReceiver__rtcp_task = asyncio.ensure_future(self._run_rtcp())
+        self._RTCRtpReceiver__started = True
+
+    async def _handle_rtp_packet(self, packet: Any, arrival_time_ms: int) -> None:
+        """Hot path, once per inbound packet: RTCP statistics, then ``InboundAudio``."""
+        if not self._enabled:
+            return
+        codec = self._RTCRtpReceiver__codecs.get(packet.payload_type)  # type: ignore[attr-defined]
+        if codec is None:
+            return
+        streams = self._RTCRtpReceiver__remote_streams  # type: ignore[attr-defined]
+        stats = streams.get(packet.ssrc)
+        if stats is None:
+            stats = streams[packet.ssrc] = StreamStatistics(codec.clockRate)
+        stats.add(packet)  # receiver reports: loss, jitter, and the caller's RTT from LSR/DLSR
+        if packet.payload_type not in self._opus_types:
+            self._inbound.drop(FOREIGN)
+            return
+        if packet.payload:
+            self._inbound.push(packet)
+
+
+def install(pc: Any, inbound: InboundAudio) -> int:
+    """Give the audio receiver(s) of ``pc`` to ``inbound``; returns how many (one, per offer.py).
+
+    Call after ``setRemoteDescription`` (receivers exist) and before the connection starts them.
+    """
+    installed = 0
+    for transceiver in pc.getTransceivers():
+        if transceiver.kind != "audio" or transceiver.direction == "inactive":
+            continue
+        receiver = transceiver.receiver
+        _check_private(receiver)
+        receiver.__class__ = InlineAudioReceiver
+        receiver._inbound = inbound
+        receiver._opus_types = frozenset()
+        installed += 1
+    return installed
+
+
+def _check_private(receiver: Any) -> None:
+    if type(receiver) is not RTCRtpReceiver:
+        raise RuntimeError(f"expected aiortc's RTCRtpReceiver, found {type(receiver).__name__}")
+    for name, kind in PRIVATE.items():
+        if not hasattr(receiver, name):
+            missing = name
+        elif kind is None and getattr(receiver, name) is not None:
+            missing = f"{name} (already set: the receiver started)"
+        elif kind is not None and not isinstance(getattr(receiver, name), kind):
+            missing = f"{name} (not a {kind.__name__})"
+        else:
+            continue
+        raise RuntimeError(
+            f"aiortc's RTCRtpReceiver has no {missing} where transceiver.inbound expects it; "
+            "this aiortc is not supported"
+        )

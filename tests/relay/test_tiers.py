@@ -134,6 +134,28 @@ def test_a_hint_for_an_unknown_cluster_is_dropped_and_counted(cluster_relay, sta
         client.close()
 
 
+def test_an_edge_refuses_encapsulated_datagrams_from_outside_its_routes(cluster_relay, standin):
+    """An edge takes encapsulated datagrams only from its routes' addresses: one "from" another
+    source, naming a live client, is dropped and counted on every socket it can reach, and the
+    client hears nothing of it (no spoofed reply, no re-pointed flow)."""
+    with edge_of(cluster_relay, cluster_relay.peer_address, workers=1) as edge:
+        client = udp(timeout_s=2.0)
+        assert stun_through(edge, client)
+        media_both_ways(edge, client, standin)
+        forged = encap.encapsulate(b"\x80forged", *client.getsockname())
+        intruder = udp()
+        for target in (edge.internal_address(0), edge.address):
+            for _ in range(5):
+                intruder.sendto(forged, target)
+        assert wait_for(lambda: edge.metric(DROPS, reason="unknown_peer"), 5)
+        assert wait_for(lambda: edge.metric(DROPS, reason="no_flow"), 5)  # public: not STUN
+        client.settimeout(0.5)
+        assert drain(client) == [], "a forged datagram reached the client"
+        media_both_ways(edge, client, standin)  # the flow still goes to the cluster
+        intruder.close()
+        client.close()
+
+
 def test_a_looping_map_stops_at_the_hop_limit(standin):
     # A routes cluster 2 to B's ingress, B routes it to A's: a misconfiguration.
     a = RelayProcess({0: standin.address}, cluster=8, peer_networks=("127.0.0.0/8",))

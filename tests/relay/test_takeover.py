@@ -4,9 +4,12 @@ kernel would split the clients between two relays that know nothing of each othe
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from bench.peers import RelayProcess, StandInTransceiver, hint_request
+from relay.portclaim import claim_name, holder_of
 from tests.support.loopback import collect, udp_client
 from tests.support.processes import alive, identities, kill_all, udp_port_free
 from tests.support.waits import wait_for
@@ -55,21 +58,19 @@ def test_takeover_starts_beside_the_old_relay_and_claims_the_port_once_it_stops(
             assert answered(second, 2)
             first.stop()
             assert answered(second, 2), "the new one serves alone"
-            # The new relay claims the port once the old one is gone (on its 1 s tick): a third,
-            # foreign relay is refused again, naming the new holder.
-            third = beside(second)
+            # The new relay claims the port once the old one is gone (on its 1 s tick); then a
+            # third, foreign relay is refused again, naming the new holder. (Waiting on the
+            # claim itself: third relays started in a loop would race the tick for the claim.)
             assert second.proc is not None
-            holder = f"pid {second.proc.pid}"
-
-            def third_refused() -> bool:
-                try:
+            name = claim_name(socket.AF_INET, second.port)
+            assert wait_for(lambda: holder_of(name).pid, second.proc.pid, 10.0)
+            third = beside(second)
+            try:
+                with pytest.raises(RuntimeError) as refused:
                     third.start()
-                except RuntimeError as exc:
-                    return holder in str(exc)
+            finally:
                 third.stop()
-                return False
-
-            assert wait_for(third_refused, True, 5.0)
+            assert f"pid {second.proc.pid}" in str(refused.value)
         finally:
             first.stop()
             second.stop()

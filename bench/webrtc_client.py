@@ -251,7 +251,11 @@ class EchoCounter:
     far end sends silence when it has nothing to send, so only audible frames are echo). The
     tone is checked with Goertzel on audible frames until one is the caller's own (that one is
     the first echo), then on one audible frame in ``check_every``: enough to prove that what
-    comes back is the caller's own audio and nobody else's.
+    comes back is the caller's own audio and nobody else's. Only a steady frame is checked
+    after the first echo: one that follows an audible frame of the previous sequence number.
+    The frame after a gap (the far end ran short and sent silence, or a packet was lost) is an
+    onset, whose spectrum the encoder spreads: its share at the tone's frequency can fall under
+    ``OWN_TONE_SHARE`` although it is the caller's own audio.
     """
 
     def __init__(self, hz: float, check_every: int = 50) -> None:
@@ -267,6 +271,7 @@ class EchoCounter:
         self._last_transit: int | None = None
         self._base_seq: int | None = None
         self._max_seq = 0  # extended (wrap-counted) highest sequence number
+        self._last_audible_seq: int | None = None  # of the latest audible frame
         self._decoder = av.CodecContext.create("libopus", "r")
         self._decoder.format = "s16"
         self._decoder.layout = "mono"
@@ -310,12 +315,14 @@ class EchoCounter:
         except av.FFmpegError:
             self.decode_errors += 1
             return
+        steady = self._last_audible_seq == (seq - 1) & 0xFFFF
         for frame in frames:
             samples = memoryview(bytes(frame.planes[0])[: frame.samples * 2]).cast("h")
             if max(samples) < AUDIBLE_PEAK:
                 continue
+            self._last_audible_seq = seq
             self.audio_frames += 1
-            if self.first_echo_at is None or self.audio_frames % self.check_every == 0:
+            if self.first_echo_at is None or (steady and self.audio_frames % self.check_every == 0):
                 self._check_tone(samples)
 
     def _check_tone(self, samples: memoryview) -> None:

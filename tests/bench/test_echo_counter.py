@@ -1,0 +1,55 @@
+"""The bench callers' echo check: a caller's own tone passes, another's is caught, and the frame
+after a gap (an onset, whose spectrum the encoder spreads) is not judged."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from bench.webrtc_client import EchoCounter, opus_tone_packets
+
+
+@dataclass
+class Packet:
+    sequence_number: int
+    timestamp: int
+    payload: bytes
+
+
+def feed(counter: EchoCounter, payloads: list[bytes], first_seq: int) -> None:
+    async def run() -> None:
+        for i, payload in enumerate(payloads):
+            seq = (first_seq + i) & 0xFFFF
+            await counter._handle_rtp_packet(Packet(seq, seq * 960, payload), i * 20)
+
+    asyncio.run(run())
+
+
+def test_own_tone_passes_every_check():
+    counter = EchoCounter(440, check_every=1)
+    feed(counter, opus_tone_packets(440)[:40], first_seq=65500)  # across the wrap
+    assert counter.first_echo_at is not None
+    assert counter.tone_checks > 20
+    assert counter.tone_checks_own == counter.tone_checks
+
+
+def test_another_callers_tone_is_caught():
+    counter = EchoCounter(440, check_every=1)
+    feed(counter, opus_tone_packets(440)[:20], first_seq=100)
+    checks = counter.tone_checks
+    feed(counter, opus_tone_packets(1500)[:20], first_seq=120)
+    assert counter.tone_checks > checks
+    assert counter.tone_checks_own < counter.tone_checks
+
+
+def test_the_frame_after_a_gap_is_not_judged():
+    counter = EchoCounter(440, check_every=1)
+    feed(counter, opus_tone_packets(440)[:20], first_seq=100)
+    checks = counter.tone_checks
+    # One foreign frame right after a lost packet: not steady, so not judged ...
+    feed(counter, opus_tone_packets(1500)[10:11], first_seq=121)
+    assert counter.tone_checks == checks
+    # ... but the next consecutive one is.
+    feed(counter, opus_tone_packets(1500)[11:12], first_seq=122)
+    assert counter.tone_checks == checks + 1
+    assert counter.tone_checks_own == checks

@@ -42,7 +42,7 @@ class EchoCall:
         self.pc.addTrack(self.tone)
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.pc.createDataChannel("events")
-        self.echo = EchoCounter(hz)
+        self.echo = EchoCounter(hz, own_packets=packets)
         self.connected = asyncio.Event()
         self.offer_at: float | None = None
         self.connected_at: float | None = None

@@ -53,3 +53,20 @@ def test_the_frame_after_a_gap_is_not_judged():
     feed(counter, opus_tone_packets(1500)[11:12], first_seq=122)
     assert counter.tone_checks == checks + 1
     assert counter.tone_checks_own == checks
+
+
+def test_a_passed_through_echo_is_recognised_byte_for_byte():
+    own = opus_tone_packets(440)
+    counter = EchoCounter(440, check_every=1, own_packets=own)
+    counter._decoder = None  # decoding would fail: the own packets must not need it
+    feed(counter, own[:30], first_seq=7)
+    assert counter.first_echo_at is not None
+    assert counter.audio_frames == 30
+    assert counter.tone_checks == counter.tone_checks_own == 30
+
+
+def test_a_passed_through_foreign_packet_is_still_caught():
+    counter = EchoCounter(440, check_every=1, own_packets=opus_tone_packets(440))
+    feed(counter, opus_tone_packets(440)[:20], first_seq=100)
+    feed(counter, opus_tone_packets(1500)[:20], first_seq=120)
+    assert counter.tone_checks_own < counter.tone_checks

@@ -42,12 +42,17 @@ class Overload:
     verdict: str = ""
 
 
-def restart_with_admission(procs: Processes, log: Any, stack: contextlib.ExitStack) -> None:
+def restart_with_admission(
+    procs: Processes, log: Any, stack: contextlib.ExitStack, audio_format: str
+) -> None:
     """Stop the capacity steps' transceiver; start one with the default admission on its ports
     (the relay's allowlist names its media address) and its core."""
     old = procs.trx
     old.stop(15.0)
-    trx = TransceiverProcess(old.relay, extra_args=["--drain-grace", "5", "--client-rate", "0"])
+    trx = TransceiverProcess(
+        old.relay,
+        extra_args=["--drain-grace", "5", "--client-rate", "0", "--audio-format", audio_format],
+    )
     trx.media_port, trx.http_port, trx.metrics_port = (
         old.media_port,
         old.http_port,

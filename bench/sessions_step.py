@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.harness.procfs import core_pct, cpu_idle_s, cpu_ns, process_cpu_ns
+from bench.harness.procfs import core_pct, cpu_idle_s, cpu_ns, process_cpu_ns, rss_bytes
 from bench.harness.stats import median_worst, percentile
 from bench.peers import RelayProcess, TransceiverProcess, metric_value, udp_drops
 from bench.sessions_callers import WorkerProcess
@@ -45,6 +45,7 @@ class Snapshot:
     transceiver_ns: int
     transceiver_wait_ns: int
     transceiver_threads: int
+    transceiver_rss: int  # bytes
     workers_ns: int
     workers_wait_ns: int
     relay_ns: int
@@ -76,6 +77,7 @@ class Snapshot:
             transceiver_ns=trx_ns,
             transceiver_wait_ns=trx_wait_ns,
             transceiver_threads=len(os.listdir(f"/proc/{trx.proc.pid}/task")),
+            transceiver_rss=rss_bytes(trx.proc.pid),
             workers_ns=sum(on for on, _ in per_worker),
             workers_wait_ns=sum(wait for _, wait in per_worker),
             relay_ns=sum(cpu_ns(p) for p in procs.relay_pids),
@@ -112,6 +114,7 @@ def busy_pct(a: Snapshot, b: Snapshot, cpus: set[int]) -> float:
 @dataclass
 class Step:
     sessions: int
+    audio_format: str = "pcm16"  # the echo backend's (transceiver serve --audio-format)
     attempt: int = 1
     connected: int = 0
     failed: int = 0
@@ -128,6 +131,7 @@ class Step:
     cpu_per_session_pct: float = math.nan
     transceiver_wait_pct: float = math.nan  # its threads runnable but not running, % of wall
     transceiver_threads: int = 0
+    transceiver_rss_mb: float = math.nan  # at the window's end, N calls up
     transceiver_core_busy_pct: float = math.nan  # everything on its CPU (others' work too)
     clients_cpu_pct: float = math.nan  # the caller workers' own CPU time, % of one core
     clients_wait_pct: float = math.nan
@@ -219,6 +223,7 @@ def cpu_figures(step: Step, a: Snapshot, b: Snapshot, cpus: dict[str, set[int]])
     step.cpu_per_session_pct = step.transceiver_cpu_pct / step.sessions
     step.transceiver_wait_pct = core_pct(b.transceiver_wait_ns - a.transceiver_wait_ns, wall_s)
     step.transceiver_threads = b.transceiver_threads
+    step.transceiver_rss_mb = b.transceiver_rss / 2**20
     step.transceiver_core_busy_pct = busy_pct(a, b, cpus["transceiver"])
     step.clients_cpu_pct = core_pct(b.workers_ns - a.workers_ns, wall_s)
     step.clients_wait_pct = core_pct(b.workers_wait_ns - a.workers_wait_ns, wall_s)
@@ -252,9 +257,10 @@ def frame_figures(
         step.echo_queue_ms[name] = 1000 * FRAME_S * queued / step.sessions
     growth = [c["echo_lag_growth_ms"] for c in calls.values() if "echo_lag_growth_ms" in c]
     step.echo_lag_growth_ms = median_worst(growth)
-    step.echo_lag_ms = median_worst(
-        [c["echo_lag_ms"] for c in calls.values() if "echo_lag_ms" in c]
-    )
+    lags = sorted(c["echo_lag_ms"] for c in calls.values() if "echo_lag_ms" in c)
+    step.echo_lag_ms = median_worst(lags)
+    if lags:
+        step.echo_lag_ms["p95"] = percentile(lags, 0.95)
     step.relay_drops = b.relay_drops - a.relay_drops
     step.loop_lag_ms = 1000 * b.loop_lag_s
     step.admission_cpu_pct = 100 * b.cpu_ratio

@@ -45,6 +45,15 @@ def user_system_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / CLOCK_TICKS_PER_S, int(fields[12]) / CLOCK_TICKS_PER_S
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process (VmRSS in /proc/<pid>/status); 0 if it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def cpu_idle_s() -> dict[int, float]:
     """Per CPU idle + iowait seconds from /proc/stat. Busy = wall - idle: with a tickless
     kernel idle time is measured at idle entry and exit, while user/system time is sampled at

@@ -1,7 +1,8 @@
-"""The sessions benchmark's picture, per step (N concurrent echo calls): every call's frame
-loss against the criterion's limit, the CPU each party used (and others' work on the
-transceiver's core: the machine may be shared), the transceiver's CPU per session, and how long
-calls took to connect and to hear their first echo. A step that failed is marked with a red x;
+"""The sessions benchmark's picture, a row per audio format, per step (N concurrent echo
+calls): every call's frame loss against the criterion's limit, the CPU each party used (and
+others' work on the transceiver's core: the machine may be shared), the transceiver's CPU per
+call against the codec-only reference, and how long calls took to connect and to hear their
+first echo. A step that failed is marked with a red x;
 a repeated step (its first attempt was disturbed by others' work) sits just right of its N, and
 the lines join the last attempt of each N."""
 
@@ -28,17 +29,35 @@ ATTEMPT_OFFSET = 0.4  # a repeated step's x offset, in sessions
 
 
 def sessions_figure(result: dict[str, Any]) -> Figure:
-    steps = result["steps"]
+    """A row of four panels per audio format (results before the formats had one row)."""
     cfg = result["config"]
     what = f"sessions: echo calls into one transceiver, {cfg['window_s']:g} s window per step"
-    fig, axes = new_figure(run_title(result, what), 4, rows=2)
-    frame_loss(axes[0], steps, num(cfg["max_loss_pct"]))
+    formats = result.get("formats") or {"pcm16": {"steps": result["steps"]}}
+    fig, axes = new_figure(run_title(result, what), 4 * len(formats), rows=len(formats))
+    codec_pct = (result.get("summary") or {}).get("codec_cpu_per_call_pct")
+    for row, (fmt, figures) in enumerate(formats.items()):
+        panels = axes[4 * row : 4 * row + 4]
+        format_row(panels, figures["steps"], num(cfg["max_loss_pct"]), codec_pct)
+        if len(formats) > 1 or "formats" in result:
+            panels[0].set_ylabel(f"audio format {fmt}", fontsize=9)
+    return fig
+
+
+def format_row(
+    axes: list[Axes], steps: Steps, max_loss_pct: float, codec_pct: float | None
+) -> None:
+    """Loss, CPU by party, CPU per call (with the codec-only reference), connect times."""
+    frame_loss(axes[0], steps, max_loss_pct)
     for key, (label, color, style) in CPU_SERIES.items():
         series(axes[1], steps, [num(s[key]) for s in steps], style, color=color, label=label)
     axes[1].axhline(100, color="black", linewidth=0.8)
     axes[1].set_title("CPU, % of one core", fontsize=9)
-    series(axes[2], steps, [num(s["cpu_per_session_pct"]) for s in steps], "o-")
-    axes[2].set_title("transceiver CPU per session, % of a core", fontsize=9)
+    per_call = [num(s["cpu_per_session_pct"]) for s in steps]
+    series(axes[2], steps, per_call, "o-", label="transceiver")
+    if codec_pct:
+        axes[2].axhline(codec_pct, color="tab:purple", linestyle="--", label="codec only")
+        axes[2].axhline(2.5 * codec_pct, color="tab:red", linestyle=":", label="2.5 x codec")
+    axes[2].set_title("CPU per call, % of a core", fontsize=9)
     for key, (label, color) in TIMES.items():
         for q, style in (("p50", "o-"), ("p95", "o:")):
             ys = [num(s[key].get(q)) for s in steps]
@@ -53,7 +72,6 @@ def sessions_figure(result: dict[str, Any]) -> Figure:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left")
         mark_failed(ax, steps)
-    return fig
 
 
 def x_of(step: dict[str, Any]) -> float:

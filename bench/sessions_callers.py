@@ -138,6 +138,7 @@ class EchoCall:
             "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),
             "tone_checks": e.tone_checks,
             "tone_checks_own": e.tone_checks_own,
+            "tone_checks_unclear": e.tone_checks_unclear,
             "decode_errors": e.decode_errors,
         }
 

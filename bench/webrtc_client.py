@@ -151,6 +151,7 @@ class OpusToneTrack(MediaStreamTrack):
 
 AUDIBLE_PEAK = 1000  # a decoded frame whose peak is below this is silence (the tone peaks ~9800)
 OWN_TONE_SHARE = 0.2  # of the frame's power at the caller's frequency: "it is my own tone"
+OTHER_TONE_LOW_HZ, OTHER_TONE_HIGH_HZ = 100, 4000  # where another caller's tone is looked for
 
 
 def peak(frame: av.AudioFrame) -> int:
@@ -272,6 +273,7 @@ class EchoCounter:
         self.decode_errors = 0
         self.tone_checks = 0  # from the first echo on
         self.tone_checks_own = 0
+        self.tone_checks_unclear = 0  # frames that were neither our tone nor another's
         self.first_echo_at: float | None = None  # time.monotonic()
         self._jitter_units = 0.0  # RFC 3550 interarrival jitter, RTP timestamp units
         self._last_transit: int | None = None
@@ -342,10 +344,27 @@ class EchoCounter:
 
     def _check_tone(self, samples: memoryview) -> None:
         total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
-        own = goertzel_power(samples, self.hz) > OWN_TONE_SHARE * total
+        own_power = goertzel_power(samples, self.hz)
+        own = own_power > OWN_TONE_SHARE * total
         if self.first_echo_at is None:
             if not own:  # an onset frame; a caller that never hears itself has no first echo
                 return
             self.first_echo_at = time.monotonic()
+        if not own and not self._another_tone(samples, own_power, total):
+            # Neither our tone nor anyone else's: a frame the codec smeared (a discontinuity
+            # where the far end lost or concealed a frame). Loss is measured elsewhere.
+            self.tone_checks_unclear += 1
+            return
         self.tone_checks += 1
         self.tone_checks_own += own
+
+    def _another_tone(self, samples: memoryview, own_power: float, total: float) -> bool:
+        """Does a tone other than ours dominate the frame (cross-talk)? Scans the voice band in
+        20 Hz steps, ours excluded; only run on a frame that failed the own-tone check."""
+        for hz in range(OTHER_TONE_LOW_HZ, OTHER_TONE_HIGH_HZ, 20):
+            if abs(hz - self.hz) < 40:
+                continue
+            power = goertzel_power(samples, hz)
+            if power > OWN_TONE_SHARE * total and power > own_power:
+                return True
+        return False

@@ -25,6 +25,7 @@ from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, O
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
 SILENCE = bytes(FRAME_BYTES)
+MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
 
 
 @functools.cache
@@ -118,6 +119,26 @@ class BackendAudioTrack(MediaStreamTrack):
         self.frames_out += 1
         if self._on_frame_out is not None:
             self._on_frame_out()
+
+    def take_due(self, now: float, limit: int = MAX_DUE_PER_TAKE) -> list[tuple[bytes, int]]:
+        """The packets due by ``now`` (``time.monotonic()``), as (payload, RTP timestamp offset
+        in samples), at most ``limit``: what ``transceiver.outbound`` sends on a tick. The first
+        call starts the clock, as a sound card's first read does. A stalled loop catches up at
+        most ``limit`` packets per call; the rest follow on the next ticks."""
+        if self._start is None:
+            self._start = now
+        due: list[tuple[bytes, int]] = []
+        while len(due) < limit:
+            if self._encoded:
+                packet = self._encoded.popleft()
+                due.append((bytes(packet), packet.pts or 0))
+                continue
+            if self._start + self._pts / AUDIO_SAMPLE_RATE > now:
+                break
+            pts = self._pts
+            for packet in self._next():
+                due.append((bytes(packet), pts if packet.pts is None else packet.pts))
+        return due
 
     async def recv(self) -> av.Packet:  # type: ignore[override]
         if self.readyState != "live":

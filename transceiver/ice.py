@@ -108,6 +108,9 @@ class SharedSocketConnection(aioice.Connection):
         self._on_selected = on_selected
         self._selected: Addr | None = None
         self.protocol: StunProtocol | None = None
+        # Once the call's SRTP is up: takes an RTP/RTCP datagram directly, True if it did
+        # (``transceiver.inbound.direct_rtp``); else datagrams queue for aiortc's DTLS task.
+        self.rtp_sink: Callable[[bytes], bool] | None = None
 
     async def gather_candidates(self) -> None:
         # No interface enumeration, no STUN/TURN servers: the candidates are the relays'.
@@ -201,12 +204,19 @@ class SharedSocketConnection(aioice.Connection):
         on an empty check list; the session's own deadline bounds that wait.
         """
 
+    def send_rtp(self, data: bytes) -> None:
+        """An SRTP/SRTCP datagram along the session's proven path (``transceiver.outbound``):
+        what aioice's ``send`` does, minus its awaits; dropped before ICE has selected a pair."""
+        if self._nominated.get(1) is not None:
+            self._send_datagram(data, None)
+
     def datagram_received(self, data: bytes, addr: Addr) -> None:
         """Feed one datagram of this session (already demultiplexed and, if STUN, parsed)."""
-        if data[0] < 4:
+        first = data[0]
+        if first < 4:
             if self.protocol is not None:
                 self.protocol.datagram_received(data, addr)
-        else:
+        elif not (127 < first < 192 and self.rtp_sink is not None and self.rtp_sink(data)):
             self.data_received(data, 1)
 
 

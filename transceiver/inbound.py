@@ -26,7 +26,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pylibsrtp
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
+from aiortc.rtp import RtpPacket
 
 from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
 from transceiver.jitter import AudioJitterBuffer
@@ -36,6 +38,8 @@ OPUS_MIME = "audio/opus"
 # Events counted beside the jitter buffer's (transceiver.jitter.EVENTS).
 UNDECODABLE = "undecodable"  # libopus refused the packet, or its TOC is not Opus
 FOREIGN = "foreign"  # a payload type negotiated for another codec than Opus
+UNPROTECT_FAILED = "srtp_failed"  # SRTP authentication or replay check failed (direct path)
+MALFORMED = "malformed"  # not a parsable RTP packet once unprotected (direct path)
 
 # aiortc 1.x's RTCRtpReceiver state that InlineAudioReceiver reads or sets, with the type each
 # has before the receiver starts (None: must be None, not started).
@@ -78,7 +82,7 @@ class InboundAudio:
         self._decoder = Decoder() if audio_format == PCM16 else None
         self._pending = b""  # decoded PCM short of a whole 20 ms frame
         self.packets = 0
-        self.dropped = dict.fromkeys((UNDECODABLE, FOREIGN), 0)
+        self.dropped = dict.fromkeys((UNDECODABLE, FOREIGN, UNPROTECT_FAILED, MALFORMED), 0)
 
     def drop(self, event: str) -> None:
         self.dropped[event] += 1
@@ -140,6 +144,10 @@ class InlineAudioReceiver(RTCRtpReceiver):
         self._RTCRtpReceiver__started = True
 
     async def _handle_rtp_packet(self, packet: Any, arrival_time_ms: int) -> None:
+        """aiortc's entry (its DTLS transport's queue), until ``direct_rtp`` takes over."""
+        self.handle_rtp(packet)
+
+    def handle_rtp(self, packet: Any) -> None:
         """Hot path, once per inbound packet: RTCP statistics, then ``InboundAudio``."""
         if not self._enabled:
             return
@@ -156,6 +164,39 @@ class InlineAudioReceiver(RTCRtpReceiver):
             return
         if packet.payload:
             self._inbound.push(packet)
+
+
+def direct_rtp(receiver: InlineAudioReceiver, dtls: Any) -> Callable[[bytes], bool]:
+    """The direct path of a connected call's SRTP, for ``SharedSocketConnection.rtp_sink``.
+
+    aiortc hands every datagram through an asyncio queue to its DTLS transport's receive task,
+    which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
+    packet. This does the same work as plain calls, from the socket's callback: SRTP unprotect
+    with the call's own session (the DTLS transport's, so the replay window is shared), parse
+    with its negotiated extensions, ``handle_rtp``. Returns False for what it leaves to aiortc
+    (RTCP: aiortc's receiver and sender reports keep working as before).
+    """
+    srtp = dtls._rx_srtp
+    extensions = dtls._rtp_header_extensions_map
+    inbound = receiver._inbound
+
+    def sink(data: bytes) -> bool:
+        if len(data) < 12 or 192 <= data[1] <= 208:  # RTCP (aiortc's is_rtcp), or too short
+            return False
+        try:
+            plain = srtp.unprotect(data)
+        except pylibsrtp.Error:
+            inbound.drop(UNPROTECT_FAILED)
+            return True
+        try:
+            packet = RtpPacket.parse(plain, extensions)
+        except ValueError:
+            inbound.drop(MALFORMED)
+            return True
+        receiver.handle_rtp(packet)
+        return True
+
+    return sink
 
 
 def install(pc: Any, inbound: InboundAudio) -> int:

@@ -26,6 +26,7 @@ from transceiver.lifecycle import State
 from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
 from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
+from transceiver.outbound import AudioClock
 from transceiver.session import Session, SessionContext
 
 WATCHDOG_INTERVAL_S = 0.5
@@ -64,6 +65,7 @@ class TransceiverServer:
             send=self.media.send,
             on_selected=self.demux.select,
             on_closed=self._forget,
+            audio_clock=AudioClock(),
         )
         self.headroom = Headroom(config.load_limits())
         self._transport: asyncio.DatagramTransport | None = None
@@ -226,6 +228,7 @@ class TransceiverServer:
         for task in (self._watchdog, self._load_sampler):
             if task is not None:
                 task.cancel()
+        self._session_context.audio_clock.close()
         if self._transport is not None:
             self._transport.close()
         await self.backend.close()

@@ -22,7 +22,7 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
-from transceiver import inbound
+from transceiver import inbound, outbound
 from transceiver.audio import BackendAudioTrack
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
 from transceiver.ice import Addr, SharedSocketConnection, install
@@ -51,6 +51,7 @@ class SessionContext:
     send: Callable[[str, bytes, Addr | None], None]  # (ufrag, datagram, to): the media socket
     on_selected: Callable[[str, Addr], object]  # (ufrag, client): ICE proved a path to client
     on_closed: Callable[[Session, str], None]  # (session, reason): teardown is over, forget it
+    audio_clock: outbound.AudioClock  # paces every session's outbound RTP
 
 
 class Session:
@@ -101,6 +102,9 @@ class Session:
         _receive_audio_only(pc)
         install(pc, self.ice)
         pc.addTrack(self.out_track)
+        outbound.install(
+            pc, self.out_track, self._context.audio_clock, lambda data: self.ice.send_rtp(data)
+        )
         info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata)
         self.backend = await self._context.backend.open_session(
             info, self._emit_audio, self._emit_event, self._on_backend_failure
@@ -232,10 +236,21 @@ class Session:
             took = self.lifecycle.dtls_connected(time.monotonic())
             if took is not None:
                 self._metrics.dtls_connected.observe(took)
+            self._take_rtp_directly()
         elif state == "failed":
             self.end("dtls_failed")
         elif state == "closed":
             self.end("peer_closed")
+
+    def _take_rtp_directly(self) -> None:
+        """SRTP is up: inbound RTP skips aiortc's DTLS queue (``inbound.direct_rtp``)."""
+        for transceiver in self.pc.getTransceivers():
+            receiver = transceiver.receiver
+            if isinstance(receiver, inbound.InlineAudioReceiver):
+                dtls = receiver.transport
+                if dtls is not None and dtls._rx_srtp is not None:
+                    self.ice.rtp_sink = inbound.direct_rtp(receiver, dtls)
+                return
 
     # -- ending ----------------------------------------------------------------------------------
     def end(self, reason: str) -> None:

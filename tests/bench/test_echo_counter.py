@@ -3,10 +3,13 @@ after a gap (an onset, whose spectrum the encoder spreads) is not judged."""
 
 from __future__ import annotations
 
+import array
 import asyncio
+import random
 from dataclasses import dataclass
 
 from bench.webrtc_client import EchoCounter, opus_tone_packets
+from transceiver.opus import Encoder
 
 
 @dataclass
@@ -70,3 +73,22 @@ def test_a_passed_through_foreign_packet_is_still_caught():
     feed(counter, opus_tone_packets(440)[:20], first_seq=100)
     feed(counter, opus_tone_packets(1500)[:20], first_seq=120)
     assert counter.tone_checks_own < counter.tone_checks
+
+
+def test_a_frame_of_no_tone_is_unclear_not_foreign():
+    """A frame the codec smeared (noise, no tone) proves neither our audio nor cross-talk."""
+    rng = random.Random(5)
+    encoder = Encoder()
+    noise = [
+        bytes(p)
+        for _ in range(30)
+        for p in encoder.encode(
+            array.array("h", (rng.randint(-8000, 8000) for _ in range(960))).tobytes()
+        )
+    ]
+    counter = EchoCounter(440, check_every=1)
+    feed(counter, opus_tone_packets(440)[:20], first_seq=100)
+    checks = counter.tone_checks
+    feed(counter, noise[-10:], first_seq=120)
+    assert counter.tone_checks_unclear > 0
+    assert counter.tone_checks_own == counter.tone_checks == checks

@@ -10,6 +10,7 @@ from transceiver.backend import Backend, BackendSession, SessionInfo
 from transceiver.backends import create_backend
 from transceiver.lifecycle import Limits, State
 from transceiver.metrics import TransceiverMetrics
+from transceiver.outbound import AudioClock
 from transceiver.session import Session, SessionContext
 
 UFRAG, PASSWORD = "ufragA", "passwordA0123456789abcdef"
@@ -51,6 +52,7 @@ class Host:
             send=lambda ufrag, data, to: self.sent.append((ufrag, data, to)),
             on_selected=lambda ufrag, client: self.selected.append((ufrag, client)),
             on_closed=lambda session, reason: self.closed.append((session.id, reason)),
+            audio_clock=AudioClock(),
         )
 
 

@@ -1,0 +1,224 @@
+"""Outbound RTP on the process's clock, and inbound SRTP straight from the socket: the packets
+they make and take, byte for byte, and the aiortc objects they swap."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pylibsrtp
+import pytest
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.rtcrtpparameters import (
+    RTCRtpCodecParameters,
+    RTCRtpHeaderExtensionParameters,
+    RTCRtpParameters,
+)
+from aiortc.rtcrtpsender import RTCRtpSender
+from aiortc.rtp import HeaderExtensionsMap, RtpPacket
+
+from bench.webrtc_client import opus_tone_packets
+from transceiver.audio import BackendAudioTrack, silent_packet
+from transceiver.backend import OPUS, PCM16
+from transceiver.inbound import (
+    UNPROTECT_FAILED,
+    InboundAudio,
+    InlineAudioReceiver,
+    direct_rtp,
+)
+from transceiver.inbound import install as install_inbound
+from transceiver.outbound import AudioClock, DirectSender, InlineAudioSender, install
+
+TONE = opus_tone_packets(440)
+MID_URI = "urn:ietf:params:rtp-hdrext:sdes:mid"
+PT = 111
+
+
+def extensions() -> HeaderExtensionsMap:
+    m = HeaderExtensionsMap()
+    m.configure(RTCRtpParameters(headerExtensions=[RTCRtpHeaderExtensionParameters(1, MID_URI)]))
+    return m
+
+
+def fake_sender() -> SimpleNamespace:
+    """The state of aiortc's sender a direct sender reads and keeps up to date."""
+    return SimpleNamespace(
+        _ssrc=0x11223344,
+        _RTCRtpSender__mid="0",
+        _RTCRtpSender__rtp_header_extensions_map=extensions(),
+        _RTCRtpSender__packet_count=0,
+        _RTCRtpSender__octet_count=0,
+        _RTCRtpSender__rtp_timestamp=0,
+        _RTCRtpSender__ntp_timestamp=0,
+    )
+
+
+def opus_track(packets: list[bytes]) -> BackendAudioTrack:
+    track = BackendAudioTrack()
+    track.set_format(OPUS)
+    for p in packets:
+        track.push_opus(p)
+    return track
+
+
+def test_a_direct_sender_sends_each_due_packet_as_aiortc_would_serialize_it():
+    sender, sent = fake_sender(), []
+    direct = DirectSender(
+        sender,
+        PT,
+        opus_track(TONE[:3]),
+        protect=lambda: lambda data: data,  # SRTP left out: the plain packet is checked
+        send=sent.append,
+        sequence_number=0xFFFF,  # wraps
+        timestamp_origin=0xFFFFFFFF - 959,  # wraps after the first packet
+    )
+    assert direct.send_due(now=100.0, ntp=12345) == 1  # the first call starts the track's clock
+    assert direct.send_due(now=100.045, ntp=67890) == 2  # 20 and 40 ms are due by 45 ms
+    parsed = [RtpPacket.parse(d, extensions()) for d in sent]
+    assert [p.payload for p in parsed] == TONE[:3]
+    assert [p.sequence_number for p in parsed] == [0xFFFF, 0, 1]
+    assert [p.timestamp for p in parsed] == [0xFFFFFFFF - 959, 0, 960]
+    assert {(p.payload_type, p.marker, p.ssrc, p.extensions.mid) for p in parsed} == {
+        (PT, 1, 0x11223344, "0")
+    }
+    # What aiortc's Sender Reports carry, as its own loop would have left it.
+    assert sender._RTCRtpSender__packet_count == 3
+    assert sender._RTCRtpSender__octet_count == sum(map(len, TONE[:3]))
+    assert sender._RTCRtpSender__rtp_timestamp == 960
+    assert sender._RTCRtpSender__ntp_timestamp == 67890
+
+
+def test_a_direct_sender_sends_silence_when_the_backend_is_quiet_and_nothing_before_srtp():
+    sent: list[bytes] = []
+    srtp = None
+    direct = DirectSender(fake_sender(), PT, opus_track([]), lambda: srtp, sent.append, 1, 0)
+    assert direct.send_due(100.0, 0) == 0 and sent == []  # DTLS not up: nothing in clear
+    srtp = lambda data: data  # noqa: E731
+    assert direct.send_due(100.0, 0) == 1
+    assert RtpPacket.parse(sent[0], extensions()).payload == silent_packet()
+
+
+def test_a_late_tick_catches_up_a_bounded_number_of_packets():
+    sent: list[bytes] = []
+    direct = DirectSender(
+        fake_sender(), PT, opus_track(TONE * 2), lambda: lambda d: d, sent.append, 1, 0
+    )  # fmt: skip
+    direct.send_due(100.0, 0)
+    assert direct.send_due(101.0, 0) == 10  # a second late: 50 due, 10 now
+    assert direct.send_due(101.0, 0) == 10  # the rest follows on the next ticks
+
+
+def test_the_clock_ticks_every_sender_and_drops_one_that_raises():
+    class Broken:
+        def send_due(self, now: float, ntp: int) -> int:
+            raise RuntimeError("boom")
+
+    async def go() -> tuple[int, int, int]:
+        clock, sent = AudioClock(), []
+        good = DirectSender(
+            fake_sender(), PT, opus_track(TONE), lambda: lambda d: d, sent.append, 1, 0
+        )  # fmt: skip
+        clock.add(good)
+        clock.add(Broken())  # type: ignore[arg-type]
+        await asyncio.sleep(0.25)
+        ticks, senders = clock.ticks, len(clock)
+        clock.close()
+        await asyncio.sleep(0.05)
+        return ticks, senders, len(sent)
+
+    ticks, senders, sent = asyncio.run(go())
+    assert ticks >= 3 and senders == 1 and sent >= 3
+
+
+async def answered() -> tuple[RTCPeerConnection, RTCPeerConnection, BackendAudioTrack]:
+    caller = RTCPeerConnection()
+    caller.addTransceiver("audio")
+    await caller.setLocalDescription(await caller.createOffer())
+    callee = RTCPeerConnection()
+    await callee.setRemoteDescription(RTCSessionDescription(caller.localDescription.sdp, "offer"))
+    track = BackendAudioTrack()
+    callee.addTrack(track)
+    return caller, callee, track
+
+
+def test_install_swaps_the_track_s_sender_alone_and_refuses_twice():
+    async def go() -> None:
+        caller, callee, track = await answered()
+        try:
+            clock = AudioClock()
+            assert install(callee, track, clock, lambda data: None) == 1
+            sender = callee.getSenders()[0]
+            assert type(sender) is InlineAudioSender and sender._clock is clock
+            assert RTCRtpSender._run_rtp is not InlineAudioSender._run_rtp  # nothing global
+            with pytest.raises(RuntimeError, match="expected aiortc"):
+                install(callee, track, clock, lambda data: None)
+        finally:
+            await caller.close()
+            await callee.close()
+
+    asyncio.run(go())
+
+
+def test_install_refuses_an_aiortc_that_moved_its_sender_state():
+    async def go() -> None:
+        caller, callee, track = await answered()
+        try:
+            sender = callee.getSenders()[0]
+            del sender._RTCRtpSender__packet_count
+            with pytest.raises(RuntimeError, match="not supported"):
+                install(callee, track, AudioClock(), lambda data: None)
+            assert type(sender) is RTCRtpSender
+        finally:
+            await caller.close()
+            await callee.close()
+
+    asyncio.run(go())
+
+
+# -- inbound: SRTP straight from the socket -------------------------------------------------------
+KEY = bytes(range(30))  # master key + salt of SRTP_AES128_CM_SHA1_80
+
+
+def srtp(direction: int) -> pylibsrtp.Session:
+    profile = pylibsrtp.Policy.SRTP_PROFILE_AES128_CM_SHA1_80
+    return pylibsrtp.Session(pylibsrtp.Policy(key=KEY, ssrc_type=direction, srtp_profile=profile))
+
+
+def test_direct_rtp_unprotects_into_the_receiver_and_leaves_rtcp_to_aiortc():
+    async def go() -> None:
+        caller, callee, _ = await answered()
+        try:
+            got: list[bytes] = []
+            path = InboundAudio(PCM16, on_pcm=got.append)
+            install_inbound(callee, path)
+            receiver = callee.getTransceivers()[0].receiver
+            assert isinstance(receiver, InlineAudioReceiver)
+            codec = RTCRtpCodecParameters("audio/opus", 48000, 2, payloadType=PT)
+            receiver._RTCRtpReceiver__codecs[PT] = codec  # what receive() would have set
+            receiver._opus_types = frozenset({PT})
+            dtls = SimpleNamespace(
+                _rx_srtp=srtp(pylibsrtp.Policy.SSRC_ANY_INBOUND),
+                _rtp_header_extensions_map=HeaderExtensionsMap(),
+            )
+            sink = direct_rtp(receiver, dtls)
+            protect = srtp(pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
+            for i, payload in enumerate(TONE[:8]):
+                packet = RtpPacket(payload_type=PT, sequence_number=i, timestamp=i * 960, ssrc=5)
+                packet.payload = payload
+                assert sink(protect.protect(packet.serialize())) is True
+            assert len(got) >= 6 and {len(f) for f in got} == {1920}
+            # Tampered: authentication fails, counted, taken (never handed on to aiortc).
+            packet = RtpPacket(payload_type=PT, sequence_number=9, timestamp=9 * 960, ssrc=5)
+            packet.payload = TONE[9]
+            forged = bytearray(protect.protect(packet.serialize()))
+            forged[20] ^= 1
+            assert sink(bytes(forged)) is True
+            assert path.dropped[UNPROTECT_FAILED] == 1
+            # RTCP (a receiver report) and runts go to aiortc's own path.
+            assert sink(bytes([0x80, 201]) + bytes(30)) is False
+            assert sink(b"\x80\x6f") is False
+        finally:
+            await caller.close()
+            await callee.close()
+
+    asyncio.run(go())

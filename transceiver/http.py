@@ -260,6 +260,7 @@ def make_metrics_app(server: TransceiverServer) -> web.Application:
     """``/metrics`` (and health, for probes that use this port) for the cluster's eyes only."""
 
     async def metrics(request: web.Request) -> web.Response:
+        server.metrics.flush()
         body = generate_latest(server.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -50,20 +50,21 @@ class MediaSocket(asyncio.DatagramProtocol):
         self._session_errors = 0
         self.transport: asyncio.DatagramTransport | None = None
         self._headers: dict[tuple[str, int], bytes] = {}
-        self._received = metrics.datagrams.labels("in")
-        self._sent = metrics.datagrams.labels("out")
+        self._received = metrics.tallies["datagrams_in"]
+        self._sent = metrics.tallies["datagrams_out"]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def _drop(self, reason: str) -> None:
+    def drop(self, reason: str) -> None:
+        """Count a datagram dropped for ``reason`` (also the socket edge's own reasons)."""
         self.metrics.dropped.labels(reason).inc()
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self._received.inc()
         verdict = self.classifier.classify(data, addr)
         if isinstance(verdict, Dropped):
-            self._drop(verdict.reason)
+            self.drop(verdict.reason)
             return
         session = verdict.session
         if verdict.learned:  # an authenticated check: the session's first-check deadline is met
@@ -71,7 +72,7 @@ class MediaSocket(asyncio.DatagramProtocol):
         try:
             session.ice.datagram_received(verdict.payload, verdict.client)
         except Exception:  # one bad datagram must never take the socket down
-            self._drop(SESSION_ERROR)
+            self.drop(SESSION_ERROR)
             self._session_errors += 1
             if self._session_errors <= MAX_LOGGED_SESSION_ERRORS:  # no traceback spam
                 log.exception("session %s rejected a datagram", session.id)
@@ -89,7 +90,7 @@ class MediaSocket(asyncio.DatagramProtocol):
         else:
             path = self.demux.path(ufrag)
         if path is None or self.transport is None:
-            self._drop(NO_PATH)
+            self.drop(NO_PATH)
             return
         self._sent.inc()
         if path.relay is None:

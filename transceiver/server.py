@@ -28,6 +28,7 @@ from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
 from transceiver.outbound import AudioClock
 from transceiver.session import Session, SessionContext
+from transceiver.udpedge import UdpEdge
 
 WATCHDOG_INTERVAL_S = 0.5
 
@@ -68,7 +69,7 @@ class TransceiverServer:
             audio_clock=AudioClock(),
         )
         self.headroom = Headroom(config.load_limits())
-        self._transport: asyncio.DatagramTransport | None = None
+        self._transport: UdpEdge | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._load_sampler: asyncio.Task[None] | None = None
 
@@ -89,7 +90,9 @@ class TransceiverServer:
             raise ConfigError(
                 "--media", f"cannot bind {self.config.media}: {exc.strerror}"
             ) from None
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: self.media, sock=sock)
+        edge = UdpEdge(sock, self.media, on_drop=self.media.drop)
+        edge.start()
+        self._transport = edge
         self._watchdog = loop.create_task(self._watch())
         self._load_sampler = loop.create_task(self._sample_load())
 

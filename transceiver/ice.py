@@ -204,12 +204,6 @@ class SharedSocketConnection(aioice.Connection):
         on an empty check list; the session's own deadline bounds that wait.
         """
 
-    def send_rtp(self, data: bytes) -> None:
-        """An SRTP/SRTCP datagram along the session's proven path (``transceiver.outbound``):
-        what aioice's ``send`` does, minus its awaits; dropped before ICE has selected a pair."""
-        if self._nominated.get(1) is not None:
-            self._send_datagram(data, None)
-
     def datagram_received(self, data: bytes, addr: Addr) -> None:
         """Feed one datagram of this session (already demultiplexed and, if STUN, parsed)."""
         first = data[0]

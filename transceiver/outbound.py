@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiortc import clock
+from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc.rtp import RtpPacket
 
@@ -181,7 +182,7 @@ class InlineAudioSender(RTCRtpSender):
             self,
             codec.payloadType,
             self._direct_track,
-            lambda: dtls._tx_srtp.protect if dtls.state == "connected" else None,
+            lambda: dtls._tx_srtp.protect if dtls._state is State.CONNECTED else None,
             self._direct_send,
             sequence_number=int.from_bytes(os.urandom(2)),
             timestamp_origin=int.from_bytes(os.urandom(4)),

@@ -102,8 +102,10 @@ class Session:
         _receive_audio_only(pc)
         install(pc, self.ice)
         pc.addTrack(self.out_track)
+        send, ufrag = self._context.send, self.ufrag
+        # SRTP along the path ICE proved (none yet: the media socket drops and counts it).
         outbound.install(
-            pc, self.out_track, self._context.audio_clock, lambda data: self.ice.send_rtp(data)
+            pc, self.out_track, self._context.audio_clock, lambda d: send(ufrag, d, None)
         )
         info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata)
         self.backend = await self._context.backend.open_session(

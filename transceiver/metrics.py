@@ -94,7 +94,8 @@ class TransceiverMetrics:
             "rtcedge_transceiver_audio_jitter_events",
             "Inbound audio packets the jitter buffer gave up on (lost), dropped as late or to cut"
             " latency (trimmed), sequence restarts (resync), packets that are not Opus or that"
-            " libopus refused (undecodable) and packets of another codec (foreign).",
+            " libopus refused (undecodable), packets of another codec (foreign), and SRTP that"
+            " failed authentication (srtp_failed) or did not parse (malformed).",
             ["event"],
             registry=r,
         )

@@ -28,6 +28,10 @@ __all__ = ["EchoBackend", "EchoSession", "PlayoutEstimate"]
 FRAME_S = 0.020
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 MAX_LAG_FRAMES = 5  # 100 ms
+# A queue standing above this many frames for TRIM_AFTER_S loses one frame (and again each
+# TRIM_AFTER_S while it stands): the lag a burst left drains in a few seconds.
+TRIM_ABOVE_FRAMES = 1.5
+TRIM_AFTER_S = 1.0
 
 
 class PlayoutEstimate:
@@ -58,7 +62,10 @@ class EchoSession(BackendSession):
     A live echo keeps its delay short: when incoming audio arrives in a burst (packets that
     waited in a queue during a fail-over, a stalled event loop), frames that would put more
     than ``max_lag_frames`` ahead of playback are dropped (``frames_dropped``) instead of
-    delaying everything the caller hears afterwards.
+    delaying everything the caller hears afterwards; and a queue that stands above
+    ``TRIM_ABOVE_FRAMES`` for ``TRIM_AFTER_S`` loses one frame, so that what a burst left
+    behind drains within seconds instead of delaying the rest of the call (the way our jitter
+    buffer sheds latency, ``transceiver.jitter``).
     """
 
     def __init__(
@@ -82,6 +89,7 @@ class EchoSession(BackendSession):
         self.protocol_errors = 0
         self.max_lag_frames = max_lag_frames
         self._playout = PlayoutEstimate()
+        self._standing_since: float | None = None  # the queue above TRIM_ABOVE_FRAMES since
         self._clock = clock
         self._emit_audio = emit_audio
         self._emit_event = emit_event
@@ -101,12 +109,27 @@ class EchoSession(BackendSession):
         if self.closed:
             return
         self.frames_in += 1
-        if self._playout.depth(self._clock()) >= self.max_lag_frames:
+        now = self._clock()
+        depth = self._playout.depth(now)
+        if depth >= self.max_lag_frames or self._trim(depth, now):
             self.frames_dropped += 1
             return
         self._playout.add(frames)
         self._emit_audio(data)
         self.frames_out += 1
+
+    def _trim(self, depth: float, now: float) -> bool:
+        """Drop this frame to shorten a queue that stood too long (see the class doc)?"""
+        if depth <= TRIM_ABOVE_FRAMES:
+            self._standing_since = None
+            return False
+        if self._standing_since is None:
+            self._standing_since = now
+            return False
+        if now - self._standing_since < TRIM_AFTER_S:
+            return False
+        self._standing_since = now
+        return True
 
     def event_in(self, event: dict) -> None:
         if not isinstance(event, dict):

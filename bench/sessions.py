@@ -71,7 +71,7 @@ from bench.sessions_step import (
 )
 
 MAX_LOSS_PCT = 1.0  # the acceptance criteria's frame loss bound
-MAX_ECHO_LAG_P95_MS = 60.0
+MAX_ECHO_DELAY_P95_MS = 60.0
 MAX_CODEC_RATIO = 2.5  # pcm16: transceiver CPU per call / codec-only CPU per call
 TARGET_OPUS_SESSIONS_PER_CORE = 300  # opus passthrough, derived from CPU per call
 PCM16, OPUS = "pcm16", "opus"
@@ -91,8 +91,11 @@ METHOD = {
     "counted by the caller (its receiver is replaced by bench.webrtc_client.EchoCounter)",
     "cpu_per_session": "transceiver CPU time over the window (all threads, "
     "/proc/<pid>/task/*/schedstat) / N, idle cost included",
-    "callers": "pre-encoded Opus tone out; echo decoded inline, tone checked with "
-    "Goertzel on the first audible frames and then on 1 audible frame in 50",
+    "callers": "pre-encoded Opus tone out (two levels in a fixed pattern over its 1 s loop); "
+    "echo recognised byte for byte when passed through, else decoded inline and the tone "
+    "checked with Goertzel on the first audible frames and then on 1 steady frame in 50",
+    "echo_delay": "arrival - due send time of the loop frame each echo frame matches (by its "
+    "bytes, or by the level pattern's best whole-frame lag), median per call over the window",
 }
 
 
@@ -493,6 +496,7 @@ def summarize_format(
         "marginal_cpu_per_session_pct": None,
         "codec_ratio": None,
         "echo_lag_p95_ms": None,
+        "echo_delay_p95_ms": None,
         "connect_ms": best["connect_ms"] if best else {},
         "first_echo_ms": best["first_echo_ms"] if best else {},
         "rss_mb_per_call": rss_slope_mb(figures["transceiver_idle_rss_mb"], steps),
@@ -505,6 +509,7 @@ def summarize_format(
         ]
         out["codec_ratio"] = best["cpu_per_session_pct"] / codec_pct
         out["echo_lag_p95_ms"] = best["echo_lag_ms"].get("p95")
+        out["echo_delay_p95_ms"] = best.get("echo_delay_ms", {}).get("p95")
     out["criterion"] = criterion(audio_format, steps, best, out, cfg.max_loss_pct)
     return out
 
@@ -533,14 +538,14 @@ def criterion(
     if audio_format == PCM16:
         name = (
             f"PCM echo: transceiver CPU per call <= {MAX_CODEC_RATIO:g} x the codec-only "
-            f"reference, every call < {max_loss_pct:g}% frame loss, echo lag p95 <= "
-            f"{MAX_ECHO_LAG_P95_MS:.0f} ms"
+            f"reference, every call < {max_loss_pct:g}% frame loss, echo delay p95 <= "
+            f"{MAX_ECHO_DELAY_P95_MS:.0f} ms"
         )
     else:
         name = (
             f"Opus passthrough echo: >= {TARGET_OPUS_SESSIONS_PER_CORE} sessions per core "
-            f"derived from CPU per call, every call < {max_loss_pct:g}% frame loss, echo lag "
-            f"p95 <= {MAX_ECHO_LAG_P95_MS:.0f} ms"
+            f"derived from CPU per call, every call < {max_loss_pct:g}% frame loss, echo delay "
+            f"p95 <= {MAX_ECHO_DELAY_P95_MS:.0f} ms"
         )
     last = steps[-1] if steps else None
     ended = (
@@ -553,8 +558,8 @@ def criterion(
     if best is None or figures["cpu_per_session_pct"] is None:
         detail = f"no step passed; {ended}"
         return {"name": name, "basis": "measured", "pass": False, "detail": detail}
-    lag = figures["echo_lag_p95_ms"]
-    lag_ok = lag is not None and lag <= MAX_ECHO_LAG_P95_MS
+    lag = figures["echo_delay_p95_ms"]  # the echo's measured delay (the lag counts losses too)
+    lag_ok = lag is not None and lag <= MAX_ECHO_DELAY_P95_MS
     ratio, derived = figures["codec_ratio"], figures["sessions_per_core_derived"]
     if audio_format == PCM16:
         ok = ratio <= MAX_CODEC_RATIO and lag_ok
@@ -567,7 +572,7 @@ def criterion(
         "basis": "derived",
         "pass": ok,
         "detail": f"{headline} at N={best['sessions']} (worst call "
-        f"{best['frame_loss_pct']['worst']:.2f}% loss, echo lag p95 {lag:.0f} ms, "
+        f"{best['frame_loss_pct']['worst']:.2f}% loss, echo delay p95 {_f(lag)} ms, "
         f"{derived:.0f} sessions per core derived); {ended}",
     }
 
@@ -589,7 +594,7 @@ def step_line(s: Step | dict[str, Any]) -> str:
         f"{_f(d['first_echo_ms'].get('p50')):>5}/{_f(d['first_echo_ms'].get('p95')):<5} "
         f"{_f(loss.get('median'), '{:.2f}'):>6}/{_f(loss.get('worst'), '{:.2f}'):<6} "
         f"{_f(rtp.get('worst'), '{:.2f}'):>6} "
-        f"{_f(d['echo_lag_ms'].get('p95')):>5}/{_f(d['echo_lag_ms'].get('worst')):<5}"
+        f"{_f(d.get('echo_delay_ms', {}).get('p95')):>5}/{_f(d['echo_lag_ms'].get('worst')):<5}"
         f"{_f(d['transceiver_cpu_pct'], '{:.1f}'):>6} {_f(d['cpu_per_session_pct'], '{:.2f}'):>6} "
         f"{_f(d.get('transceiver_rss_mb')):>5} "
         f"{_f(d['clients_cpu_pct'], '{:.0f}'):>7} {_f(d['relay_cpu_pct'], '{:.0f}'):>5} "
@@ -602,10 +607,10 @@ def step_line(s: Step | dict[str, Any]) -> str:
 
 HEADER = (
     f"{'N':>5} {'conn':>4} {'connect ms':^12}{'1st echo ms':^12}{'frame loss %':^14}"
-    f"{'RTP %':>6} {'echo lag ms':^11} {'trx':>6} {'CPU/':>6} {'RSS':>5} {'callers':>7} "
+    f"{'RTP %':>6} {'echo ms':^11} {'trx':>6} {'CPU/':>6} {'RSS':>5} {'callers':>7} "
     f"{'relay':>5} {'others':^11}\n"
     f"{'':>5} {'':>4} {'p50/p95':^12}{'p50/p95':^12}{'med/worst':^14}"
-    f"{'worst':>6} {'p95/worst':^11} {'%core':>6} {'sess.':>6} {'MB':>5} {'%core':>7} "
+    f"{'worst':>6} {'dly95/lag':^11} {'%core':>6} {'sess.':>6} {'MB':>5} {'%core':>7} "
     f"{'%core':>5} {'c0/c1 %core':^11}"
 )
 
@@ -638,8 +643,10 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
             print_overload(figures["overload"], echo, step_line)
     echo("")
     echo(
-        "echo lag: frames sent - frames heard back since the call began, x 20 ms, at the window's "
-        "end: an upper bound of the echo's delay (it counts frames lost before the first echo)"
+        "echo ms: dly95, the echo's delay over the window, p95 over the calls (each call matches "
+        "what it hears with the frame of its tone loop it echoes: exactly for passed-through "
+        "packets, by the loop's level pattern for re-encoded ones); lag, frames sent - frames "
+        "heard back since the call began x 20 ms, worst call: the delay plus every frame lost"
     )
     echo(
         "%core: CPU time of those processes (all threads, /proc/<pid>/task/*/schedstat) in % of "
@@ -688,7 +695,7 @@ def print_format_summary(
             f"at N={s['largest_n_under_loss']}: connect p50/p95 "
             f"{_f(s['connect_ms'].get('p50'))}/{_f(s['connect_ms'].get('p95'))} ms, first echo "
             f"{_f(s['first_echo_ms'].get('p50'))}/{_f(s['first_echo_ms'].get('p95'))} ms, echo "
-            f"lag p95 {_f(s['echo_lag_p95_ms'])} ms"
+            f"delay p95 {_f(s['echo_delay_p95_ms'])} ms (lag p95 {_f(s['echo_lag_p95_ms'])} ms)"
         )
     if s["rss_mb_per_call"] is not None:
         echo(f"memory per call (RSS slope over N, idle as N = 0): {s['rss_mb_per_call']:.2f} MB")

@@ -42,7 +42,11 @@ class EchoCall:
         self.pc.addTrack(self.tone)
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.pc.createDataChannel("events")
-        self.echo = EchoCounter(hz, own_packets=packets)
+        tone = self.tone
+        self.echo = EchoCounter(
+            hz, own_packets=packets, sent_clock=lambda: (tone._start, tone.frames_sent)
+        )
+        self.window_start = 0.0  # monotonic: the step's window began (its first mark)
         self.connected = asyncio.Event()
         self.offer_at: float | None = None
         self.connected_at: float | None = None
@@ -140,6 +144,7 @@ class EchoCall:
             "tone_checks_own": e.tone_checks_own,
             "tone_checks_unclear": e.tone_checks_unclear,
             "decode_errors": e.decode_errors,
+            "echo_delay_ms": e.echo_delay_ms(since=self.window_start),
         }
 
 
@@ -163,20 +168,22 @@ class CallerWorker:
         sys.stdout.flush()
 
     async def handle(self, cmd: dict[str, Any]) -> bool:
-        from bench.webrtc_client import opus_tone_packets
+        from bench.webrtc_client import DELAY_LEVELS, opus_tone_packets
 
         kind = cmd["cmd"]
         if kind == "connect":
             self.url = cmd["url"]
             for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
                 if hz not in self._packets:
-                    self._packets[hz] = opus_tone_packets(hz)
+                    self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
             self.calls = [EchoCall(i, hz, self._packets[hz]) for i, hz in cmd["calls"]]
             await asyncio.gather(
                 *(c.connect(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
             )
             self.reply({"event": "connected", "calls": [c.summary() for c in self.calls]})
         elif kind == "mark":
+            for c in self.calls:  # the window's first mark starts what echo_delay_ms reads
+                c.window_start = c.window_start or time.monotonic()
             counters = {c.id: c.counters() for c in self.calls}
             self.reply({"event": "mark", "t": time.monotonic(), "calls": counters})
         elif kind == "stats":

@@ -151,6 +151,9 @@ class Step:
     echo_queue_ms: dict[str, float] = field(default_factory=dict)
     echo_lag_growth_ms: dict[str, float] = field(default_factory=dict)
     echo_lag_ms: dict[str, float] = field(default_factory=dict)
+    # How late each call's echo is (bench.webrtc_client.EchoCounter.echo_delay_ms, over the
+    # window): p50/p95/worst over the calls, and how many calls it could not be measured for.
+    echo_delay_ms: dict[str, float] = field(default_factory=dict)
     relay_drops: float = 0.0
     # What the transceiver's admission saw at the window's end (its gauges: transceiver.load).
     loop_lag_ms: float = math.nan
@@ -305,6 +308,14 @@ def finish(step: Step, calls: dict[int, dict[str, Any]], max_loss_pct: float) ->
     step.first_echo_ms = spread_ms(
         [c["offer_to_first_echo_s"] for c in step.calls if c["offer_to_first_echo_s"] is not None]
     )
+    delays = sorted(c["echo_delay_ms"] for c in step.calls if c.get("echo_delay_ms") is not None)
+    if delays:
+        step.echo_delay_ms = {
+            "p50": percentile(delays, 0.5),
+            "p95": percentile(delays, 0.95),
+            "worst": delays[-1],
+            "unmeasured": float(len(step.calls) - len(delays)),
+        }
     if measured:
         losses = [c["frame_loss_pct"] for c in measured]
         rtp = [c["rtp_loss_pct"] for c in measured]

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import array
 import asyncio
+import collections
 import fractions
 import itertools
 import math
+import statistics
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import aiohttp
 import aioice.ice
@@ -83,12 +85,30 @@ def goertzel_power(samples: Sequence[int], hz: float, rate: int = RATE) -> float
     return s1 * s1 + s2 * s2 - coeff * s1 * s2
 
 
-def opus_tone_packets(hz: int, amplitude: float = 0.3, bitrate: int = 32000) -> list[bytes]:
+# Per-frame amplitude of the benchmark callers' tone over its one-second loop: two levels in a
+# fixed pseudo-random order whose every circular shift differs from it in >= 18 of 50 frames, so
+# that the level pattern a caller hears back, decoded and re-encoded or not, tells how many
+# frames late its echo is (``EchoCounter.echo_delay_ms``). 6 dB apart, both far above silence.
+TONE_AMPLITUDE = 0.3  # of full scale: the benchmark callers' tone (its loud frames)
+DELAY_PATTERN = tuple((0x1F35A9C6E1B7 >> k) & 1 for k in range(50))
+DELAY_LEVELS = tuple(1.0 if bit else 0.5 for bit in DELAY_PATTERN)
+LEVEL_SPLIT = 0.75  # of the loud level's peak: above it, a frame of the loud level
+LOUD_PEAK = 32767 * TONE_AMPLITUDE
+LEVEL_TAIL = 240  # samples (5 ms) at a frame's end whose peak tells its level
+
+
+def opus_tone_packets(
+    hz: int,
+    amplitude: float = TONE_AMPLITUDE,
+    bitrate: int = 32000,
+    levels: tuple[float, ...] | None = None,
+) -> list[bytes]:
     """One second of a sine tone as 50 Opus packets (20 ms, mono), to be sent in a loop.
 
     ``hz`` is a whole number, so a second holds whole periods and the loop has no seam. Two
     seconds are encoded and the second one kept: its first packet was encoded with the state the
     encoder has after a full period, which is the state it would have after the loop wraps.
+    ``levels``: a factor on ``amplitude`` per frame of the loop (50 of them), e.g. DELAY_LEVELS.
     """
     enc = av.CodecContext.create("libopus", "w")
     enc.bit_rate = bitrate
@@ -100,6 +120,11 @@ def opus_tone_packets(hz: int, amplitude: float = 0.3, bitrate: int = 32000) -> 
     w = 2 * math.pi * hz / RATE
     a = 32767 * amplitude
     period = array.array("h", (int(a * math.sin(w * i)) for i in range(RATE)))
+    if levels is not None:
+        if len(levels) != 50:
+            raise ValueError(f"levels: one per 20 ms frame of the second, not {len(levels)}")
+        for i in range(RATE):
+            period[i] = int(period[i] * levels[i // SAMPLES])
     packets: list[bytes] = []
     for k in range(100):
         frame = av.AudioFrame(format="s16", layout="mono", samples=SAMPLES)
@@ -259,15 +284,31 @@ class EchoCounter:
     ``OWN_TONE_SHARE`` although it is the caller's own audio.
     """
 
-    def __init__(self, hz: float, check_every: int = 50, own_packets: Sequence[bytes] = ()) -> None:
+    def __init__(
+        self,
+        hz: float,
+        check_every: int = 50,
+        own_packets: Sequence[bytes] = (),
+        sent_clock: Callable[[], tuple[float | None, int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``own_packets``: the Opus packets this caller sends. An echo that passes them through
         untouched (an Opus-passthrough backend) is recognised byte for byte, with no decoding:
         such a packet is the caller's own audio, proven more strictly than by its tone, and the
         caller stays cheap enough for hundreds of calls per core. Any other packet (a re-encoded
-        echo, silence, someone else's) is decoded and judged as below."""
+        echo, silence, someone else's) is decoded and judged as below.
+
+        ``sent_clock``: (start, frames sent) of the caller's tone track, whose loop carries
+        ``DELAY_LEVELS``: then the echo's delay is measured (``echo_delay_ms``), on ``clock``
+        (the track's: ``time.monotonic``)."""
         self.hz = hz
         self.check_every = check_every
-        self._own_packets = frozenset(own_packets)
+        self._own_packets = {p: i for i, p in enumerate(own_packets)}
+        self._sent_clock = sent_clock
+        self._clock = clock
+        # The last 10 s of echo frames: (arrival, frame index the caller was at, level bit or
+        # the exact index of a passed-through packet); ``echo_delay_ms`` reads them.
+        self._heard: collections.deque[tuple[float, int, int, int]] = collections.deque(maxlen=500)
         self.packets_received = 0
         self.audio_frames = 0
         self.decode_errors = 0
@@ -318,7 +359,9 @@ class EchoCounter:
             d = abs(transit - self._last_transit)
             self._jitter_units += (d - self._jitter_units) / 16
         self._last_transit = transit
-        if packet.payload in self._own_packets:  # passed through untouched: our own audio
+        index = self._own_packets.get(packet.payload)
+        if index is not None:  # passed through untouched: our own audio
+            self._remember(-1, index)
             self._last_audible_seq = seq
             self.audio_frames += 1
             if self.first_echo_at is None:
@@ -338,9 +381,53 @@ class EchoCounter:
             if max(samples) < AUDIBLE_PEAK:
                 continue
             self._last_audible_seq = seq
+            # The level of the frame this one echoes, from its last 5 ms: a re-encoded echo is
+            # shifted by the codecs' look-ahead, so the frame starts with the previous frame.
+            self._remember(int(max(samples[-LEVEL_TAIL:]) >= LEVEL_SPLIT * LOUD_PEAK), -1)
             self.audio_frames += 1
             if self.first_echo_at is None or (steady and self.audio_frames % self.check_every == 0):
                 self._check_tone(samples)
+
+    def _remember(self, bit: int, index: int) -> None:
+        if self._sent_clock is None:
+            return
+        start, sent = self._sent_clock()
+        if start is not None and sent:
+            self._heard.append((self._clock(), sent - 1, bit, index))
+
+    def echo_delay_ms(self, since: float = 0.0) -> float | None:
+        """How late the echo is, in ms, over the frames heard since ``since`` (monotonic time).
+
+        Each frame heard is matched with the frame of the caller's one-second loop it echoes:
+        a passed-through packet by its bytes (exact); a re-encoded one by the loop's level
+        pattern, choosing the lag in whole frames that explains most of the levels heard (None
+        if none explains 80 % of them). The delay is then arrival - when that frame was due to
+        be sent, the median over the frames matched: the echo's real delay, path and queues
+        included, unlike the lag (sent - heard), which also counts every frame lost.
+        """
+        if self._sent_clock is None:
+            return None
+        start, _ = self._sent_clock()
+        heard = [h for h in self._heard if h[0] >= since]
+        if start is None or not heard:
+            return None
+        frame_s = SAMPLES / RATE
+        exact = [h for h in heard if h[3] >= 0]
+        if exact:
+            delays = [
+                at - (start + (last - (last - index) % 50) * frame_s)
+                for at, last, _, index in exact
+            ]
+            return 1000 * statistics.median(delays)
+        best_lag, best_hits = 0, -1
+        for lag in range(50):
+            hits = sum(bit == DELAY_PATTERN[(last - lag) % 50] for _, last, bit, _ in heard)
+            if hits > best_hits:
+                best_lag, best_hits = lag, hits
+        if best_hits < 0.8 * len(heard):
+            return None
+        delays = [at - (start + (last - best_lag) * frame_s) for at, last, _, _ in heard]
+        return 1000 * statistics.median(delays)
 
     def _check_tone(self, samples: memoryview) -> None:
         total = sum(x * x for x in samples) * len(samples) / 2 + 1.0

@@ -8,7 +8,9 @@ import asyncio
 import random
 from dataclasses import dataclass
 
-from bench.webrtc_client import EchoCounter, opus_tone_packets
+import pytest
+
+from bench.webrtc_client import DELAY_LEVELS, EchoCounter, opus_tone_packets
 from transceiver.opus import Encoder
 
 
@@ -92,3 +94,54 @@ def test_a_frame_of_no_tone_is_unclear_not_foreign():
     feed(counter, noise[-10:], first_seq=120)
     assert counter.tone_checks_unclear > 0
     assert counter.tone_checks_own == counter.tone_checks == checks
+
+
+class SentClock:
+    """The caller's tone track, started at 1000.0 s, and the time: frame ``at`` is being sent."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def __call__(self) -> tuple[float, int]:
+        return 1000.0, self.at + 1
+
+    def now(self) -> float:
+        return 1000.0 + self.at * 0.020
+
+
+def feed_late(counter: EchoCounter, clock: SentClock, loop: list[bytes], late: int) -> None:
+    """Frames 100..199 of the loop heard back ``late`` frames after they were sent."""
+
+    async def run() -> None:
+        for k in range(100, 200):
+            clock.at = k + late
+            await counter._handle_rtp_packet(Packet(k, k * 960, loop[k % 50]), k * 20)
+
+    asyncio.run(run())
+
+
+def test_the_delay_of_a_passed_through_echo_is_read_from_its_bytes():
+    loop = opus_tone_packets(440, levels=DELAY_LEVELS)
+    clock = SentClock()
+    counter = EchoCounter(440, own_packets=loop, sent_clock=clock, clock=clock.now)
+    feed_late(counter, clock, loop, late=3)
+    assert counter.echo_delay_ms() == pytest.approx(60, abs=5)
+
+
+def test_the_delay_of_a_re_encoded_echo_is_read_from_the_level_pattern():
+    loop = opus_tone_packets(440, levels=DELAY_LEVELS)
+    clock = SentClock()
+    counter = EchoCounter(
+        440, sent_clock=clock, clock=clock.now
+    )  # not its own bytes: decoded, levels read
+    feed_late(counter, clock, loop, late=7)
+    assert counter.echo_delay_ms() == pytest.approx(140, abs=5)
+    assert counter.tone_checks_own == counter.tone_checks > 0, "both levels are its own tone"
+
+
+def test_an_echo_without_the_level_pattern_has_no_delay_rather_than_a_wrong_one():
+    loop = opus_tone_packets(440)  # one level: no lag explains 80 % of what is heard
+    clock = SentClock()
+    counter = EchoCounter(440, sent_clock=clock, clock=clock.now)
+    feed_late(counter, clock, loop, late=2)
+    assert counter.echo_delay_ms() is None

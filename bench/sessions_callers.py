@@ -143,6 +143,7 @@ class EchoCall:
             "tone_checks": e.tone_checks,
             "tone_checks_own": e.tone_checks_own,
             "tone_checks_unclear": e.tone_checks_unclear,
+            "foreign_tones": e.foreign_tones,
             "decode_errors": e.decode_errors,
             "echo_delay_ms": e.echo_delay_ms(since=self.window_start),
         }

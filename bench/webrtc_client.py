@@ -177,6 +177,11 @@ class OpusToneTrack(MediaStreamTrack):
 AUDIBLE_PEAK = 1000  # a decoded frame whose peak is below this is silence (the tone peaks ~9800)
 OWN_TONE_SHARE = 0.2  # of the frame's power at the caller's frequency: "it is my own tone"
 OTHER_TONE_LOW_HZ, OTHER_TONE_HIGH_HZ = 100, 4000  # where another caller's tone is looked for
+# Of a frame's power at one other frequency: "it is another caller's tone". A steady tone on
+# the 20 Hz scan grid gives ~1; a frame of our own tone with a discontinuity (a frame lost or
+# trimmed upstream) spreads its power over +-100 Hz, where the neighbours' tones are, but no
+# single frequency then holds more than about half of it.
+FOREIGN_TONE_SHARE = 0.6
 
 
 def peak(frame: av.AudioFrame) -> int:
@@ -315,6 +320,7 @@ class EchoCounter:
         self.tone_checks = 0  # from the first echo on
         self.tone_checks_own = 0
         self.tone_checks_unclear = 0  # frames that were neither our tone nor another's
+        self.foreign_tones: list[tuple[int, float]] = []  # (Hz, share) of the first ones
         self.first_echo_at: float | None = None  # time.monotonic()
         self._jitter_units = 0.0  # RFC 3550 interarrival jitter, RTP timestamp units
         self._last_transit: int | None = None
@@ -452,6 +458,8 @@ class EchoCounter:
             if abs(hz - self.hz) < 40:
                 continue
             power = goertzel_power(samples, hz)
-            if power > OWN_TONE_SHARE * total and power > own_power:
+            if power > FOREIGN_TONE_SHARE * total and power > own_power:
+                if len(self.foreign_tones) < 5:  # what was heard, for the report
+                    self.foreign_tones.append((hz, round(power / total, 2)))
                 return True
         return False

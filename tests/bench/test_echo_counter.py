@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import math
 import random
 from dataclasses import dataclass
 
@@ -145,3 +146,23 @@ def test_an_echo_without_the_level_pattern_has_no_delay_rather_than_a_wrong_one(
     counter = EchoCounter(440, sent_clock=clock, clock=clock.now)
     feed_late(counter, clock, loop, late=2)
     assert counter.echo_delay_ms() is None
+
+
+def test_a_frame_of_our_tone_broken_mid_way_is_never_taken_for_cross_talk():
+    """A frame lost or trimmed upstream leaves a phase jump in the echo: its power spreads
+    over the neighbours' frequencies (60 Hz away), but no other tone dominates it."""
+    hz, rate = 440, 48000
+    encoder = Encoder()
+    packets: list[bytes] = []
+    t = 0
+    for k in range(40):
+        samples = []
+        for n in range(960):
+            jump = math.pi if k % 7 == 3 and n >= 480 else 0.0  # a jump in every 7th frame
+            samples.append(int(9830 * math.sin(2 * math.pi * hz * (t + n) / rate + jump)))
+        t += 960 if k % 7 != 3 else 480  # and the second half restarts the phase: a splice
+        packets += [bytes(p) for p in encoder.encode(array.array("h", samples).tobytes())]
+    counter = EchoCounter(hz, check_every=1)
+    feed(counter, packets, first_seq=1)
+    assert counter.tone_checks > 20
+    assert counter.tone_checks_own == counter.tone_checks

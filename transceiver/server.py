@@ -19,6 +19,7 @@ from common.hint import NONCE_LEN, sign_hint
 from common.sockets import set_buffers
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
+from transceiver.certificate import CertificateHolder
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions
@@ -56,6 +57,8 @@ class TransceiverServer:
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False
+        # One DTLS certificate for the process's sessions, a new one every day.
+        self.certificates = CertificateHolder(time.monotonic())
         self._session_context = SessionContext(
             transceiver_id=config.transceiver_id,
             advertise=config.advertise,
@@ -66,6 +69,7 @@ class TransceiverServer:
             on_selected=self.demux.select,
             on_closed=self._forget,
             audio_clock=AudioClock(),
+            certificate=lambda: self.certificates.current(time.monotonic()),
         )
         self.headroom = Headroom(config.load_limits())
         self._transport: asyncio.DatagramTransport | None = None
@@ -140,12 +144,14 @@ class TransceiverServer:
         remote: str,
         metadata: dict[str, str],
         region_header: str | None = None,
+        offer_at: float | None = None,
     ) -> Session:
         """Where a session is created: credentials, table entries, then its SDP answer.
 
         ``remote`` is the client's address as the HTTP layer determined it; ``region_header``
         the value of --region-header, only if a trusted proxy set it. Both choose the relay
-        addresses the answer advertises (``transceiver.regions``).
+        addresses the answer advertises (``transceiver.regions``). ``offer_at``: when the
+        POST arrived (time.monotonic()), the start of the session's connect breakdown.
         """
         refusal = self.capacity_refusal()
         if refusal is not None:
@@ -161,6 +167,7 @@ class TransceiverServer:
             password,
             time.monotonic(),
             advertised=choice.addresses,
+            offer_at=offer_at,
         )
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)

@@ -270,8 +270,8 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
         allowed = stack.enter_context(own_cpus_restored())
         cpus = plan_cpus(allowed, notes)
         trx_log: collections.deque[str] = collections.deque(maxlen=200)
-        services = BenchConfig(sessions=(2 * cfg.burst,), audio_format="pcm16")
-        trx, _relay = start_services(services, stack, cpus, trx_log, notes)
+        services = BenchConfig(sessions=(2 * cfg.burst,))
+        trx, _relay = start_services(services, "pcm16", stack, cpus, trx_log, notes)
         assert trx.proc is not None
         workers = start_workers(cfg.workers, cfg.max_seconds + 60, Path(tmp), stack)
         for w in workers:

@@ -5,8 +5,8 @@
   cleanly on SIGTERM/SIGINT, print the report, write the result and its plot.
 - ``plots``: the result's picture, a PNG beside its JSON (matplotlib, an optional extra).
 - ``pinning``: which CPUs a process and every one of its threads may run on.
-- ``procfs``: what the kernel counts for us: CPU time of processes and CPUs, resident memory,
-  UDP socket queues and drops.
+- ``procfs``: what the kernel counts for us: CPU time of processes and CPUs, UDP socket queues
+  and drops.
 - ``processes``: children stopped by PID, their stderr drained.
 - ``bounds``: deadlines every wait of a run is bounded by.
 - ``stats``: percentiles and spreads over a run's samples.

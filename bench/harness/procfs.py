@@ -1,4 +1,4 @@
-"""What the kernel counts for us, read from /proc: CPU time, memory and UDP socket queues.
+"""What the kernel counts for us, read from /proc: CPU time and UDP socket queues.
 
 CPU time from schedstat is in nanoseconds and measured at every context switch; /proc/<pid>/stat
 and /proc/stat count in clock ticks, sampled, so they serve as hints or where nothing finer
@@ -69,15 +69,6 @@ def cpu_idle_s() -> dict[int, float]:
 def core_pct(cpu_ns_spent: float, wall_s: float) -> float:
     """CPU time spent over a window, in % of one core."""
     return 100.0 * cpu_ns_spent / 1e9 / wall_s
-
-
-# -- memory ----------------------------------------------------------------------------------------
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process (VmRSS of /proc/<pid>/status), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise OSError(f"no VmRSS for pid {pid}")
 
 
 # -- UDP sockets -----------------------------------------------------------------------------------

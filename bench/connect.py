@@ -66,6 +66,7 @@ from bench.sessions import (
     wait_sessions_ended,
 )
 from bench.sessions_callers import WorkerProcess, connect, hang_up, prepare_tones, start_workers
+from transceiver.metrics import CONNECT_PHASES as PHASES
 
 POST_TO_ANSWER_MS = 10.0  # the criteria (single call, p50; burst, p95)
 ANSWER_TO_CONNECTED_MS = 20.0
@@ -80,7 +81,6 @@ SINGLE_STEPS = {
     "post_to_connected": ("offer_to_connected_s", None),
 }
 PHASE_METRIC = "rtcedge_transceiver_connect_phase_seconds"
-PHASES = ("offer", "answer", "first_check", "ice", "dtls", "audio_in", "audio_out")
 METHOD = {
     "single": "K calls one after another, each alone, after one warm-up call; times from the "
     "caller's marks: POST sent, answer read, its ICE connected, connectionState connected, "
@@ -125,7 +125,8 @@ class Stage:
     ms: dict[str, dict[str, float]] = field(default_factory=dict)  # step -> p50/p95/n
     # The transceiver's own view of the same calls: mean ms per connect_phase (None: not seen).
     transceiver_phases_ms: dict[str, float | None] = field(default_factory=dict)
-    # CPU time from the first POST to the last call connected, ms (bursts only).
+    # CPU time from the first POST to the last call connected, ms; for single calls, the mean
+    # per call from its POST to its first echo (its connect, without the teardown).
     transceiver_cpu_ms: float = math.nan
     callers_cpu_ms: float = math.nan
 
@@ -190,11 +191,14 @@ def phase_means_ms(
 # -- the stages ------------------------------------------------------------------------------------
 def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProcess) -> Stage:
     """One warm-up call, then ``cfg.calls`` calls one after another, each alone."""
+    assert trx.proc is not None
     stage = Stage("single")
     before: dict[str, tuple[float, float]] = {}
+    cpu_ns = 0
     for i in range(cfg.calls + 1):
         if i == 1:
             before = phase_totals(trx)
+        start_ns = process_cpu_ns(trx.proc.pid)[0]
         reply = connect(
             {worker: [tone(i, 0)]},
             trx.url,
@@ -203,6 +207,8 @@ def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProc
             light=cfg.light_callers,
         )
         call = reply[0]["calls"][0]
+        if i > 0:
+            cpu_ns += process_cpu_ns(trx.proc.pid)[0] - start_ns
         hang_up([worker])
         wait_sessions_ended(trx, cfg.drain_timeout_s)
         if call["error"]:
@@ -210,6 +216,7 @@ def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProc
         if i > 0:
             stage.calls.append(call)
     stage.transceiver_phases_ms = phase_means_ms(before, phase_totals(trx))
+    stage.transceiver_cpu_ms = cpu_ns / 1e6 / max(1, cfg.calls)
     for step, (end, start) in SINGLE_STEPS.items():
         stage.ms[step] = summarize_ms(step_ms(stage.calls, end, start))
     return stage
@@ -372,8 +379,8 @@ def single_line(s: dict[str, Any]) -> str:
         f"{len(s['calls'])} single calls, p50 ms: POST->answer {_ms(ms['post_to_answer'])}, "
         f"->ICE {_ms(ms['answer_to_ice'])}, ->connected {_ms(ms['ice_to_connected'])}, "
         f"->first echo {_ms(ms['connected_to_first_echo'])}; answer->connected "
-        f"{_ms(ms['answer_to_connected'])}"
-        + (f"; errors: {'; '.join(s['errors'][:3])}" if s["errors"] else "")
+        f"{_ms(ms['answer_to_connected'])}; transceiver CPU {s['transceiver_cpu_ms']:.1f} ms "
+        "per call" + (f"; errors: {'; '.join(s['errors'][:3])}" if s["errors"] else "")
     )
 
 

@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from bench.plots.figure import new_figure, num, run_title
+from transceiver.metrics import CONNECT_PHASES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -51,7 +52,7 @@ def caller_steps(ax: Axes, single: dict[str, Any] | None) -> None:
 
 
 def transceiver_phases(ax: Axes, phases: dict[str, Any]) -> None:
-    names = list(phases)
+    names = [p for p in CONNECT_PHASES if p in phases]  # in the order they happen
     ax.bar(range(len(names)), [num(phases[k]) for k in names], color="tab:orange")
     ax.set_xticks(list(range(len(names))), names, fontsize=7, rotation=30)
     ax.set_title("single call, transceiver's view: mean ms per step", fontsize=9)

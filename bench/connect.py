@@ -23,8 +23,9 @@ connecting at once on one CPU then measure the transceiver rather than aiortc's 
    connected, -> connected (DTLS: media may flow), -> the first echo of its own tone; p50 and
    p95 of each step. Beside it, the transceiver's own view of the same calls: the mean of each
    step of its ``rtcedge_transceiver_connect_phase_seconds`` histogram (null if it has none).
-2. Burst: ``--burst`` calls at once, spread over the caller processes: POST -> answer and
-   POST -> connected, p50 and p95.
+2. Bursts: ``--burst`` calls at once, spread over the caller processes, ``--bursts`` times one
+   after another (pooled: the machine may be shared): POST -> answer and POST -> connected, p50
+   and p95.
 3. Memory: the transceiver's resident memory (VmRSS) with no call (after the single calls), with
    the burst's calls still connected and after ``--burst`` more (also at once), each read after
    ``settle_s`` of echo; the least-squares slope is the memory per call.
@@ -87,9 +88,9 @@ METHOD = {
     "first echo of its own tone",
     "transceiver_phases": "mean per step of the transceiver's connect_phase histogram over the "
     "same K calls (docs/transceiver.md, Metrics)",
-    "burst": "B calls at once over the caller processes (one CPU): POST -> answer, POST -> "
-    "connected; CPU time of the transceiver and of the callers from the POSTs to the last "
-    "call connected (the media of calls already connected included)",
+    "burst": "B calls at once over the caller processes (one CPU), R times one after another "
+    "(pooled; each burst's p95 apart): POST -> answer, POST -> connected; CPU time of the "
+    "transceiver and of the callers from the POSTs to the last call connected, mean per burst",
     "memory": "transceiver VmRSS with 0, B, 2B connected echo calls, least-squares slope",
     "callers": "aiortc, Opus tone + data channel; light (default): ICE connected at completion "
     "(prompt_ice) and one DTLS certificate per caller process; stock: aiortc as it is",
@@ -100,6 +101,7 @@ METHOD = {
 class ConnectConfig:
     calls: int = 20  # single calls, after one warm-up
     burst: int = 20  # calls at once; the memory steps add this many twice
+    bursts: int = 3  # bursts, one after another, pooled (the machine may be shared)
     calls_per_worker: int = 10
     settle_s: float = 2.0  # of echo before reading the transceiver's memory
     echo_timeout_s: float = 3.0  # a single call's wait for its first echo
@@ -129,6 +131,7 @@ class Stage:
     # per call from its POST to its first echo (its connect, without the teardown).
     transceiver_cpu_ms: float = math.nan
     callers_cpu_ms: float = math.nan
+    p95_per_burst_ms: list[float] = field(default_factory=list)  # POST -> connected, each burst
 
 
 def step_ms(calls: list[dict[str, Any]], end: str, start: str | None) -> list[float]:
@@ -247,6 +250,37 @@ def burst(
     return stage
 
 
+def bursts(
+    cfg: ConnectConfig,
+    trx: TransceiverProcess,
+    workers: list[WorkerProcess],
+    memory: list[dict[str, float]],
+) -> Stage:
+    """``cfg.bursts`` bursts of ``cfg.burst`` calls at once, each alone (the one before hung
+    up); the last one's calls stay connected. The calls pooled, each burst's p95 apart, the CPU
+    a mean per burst. Appends the memory with no call, just before the last burst (the memory
+    the earlier ones left in the allocator is then in every point)."""
+    stage = Stage("burst")
+    for r in range(cfg.bursts):
+        if r:
+            hang_up(workers)
+            wait_sessions_ended(trx, cfg.drain_timeout_s)
+        if r == cfg.bursts - 1:
+            memory.append(memory_point(trx, 0, 0.5))
+        first_id = 1000 + 100 * r
+        one = burst("burst", range(first_id, first_id + cfg.burst), 0, cfg, trx, workers)
+        stage.calls += one.calls
+        stage.errors = sorted({*stage.errors, *one.errors})[:5]
+        stage.p95_per_burst_ms.append(one.ms["post_to_connected"]["p95"])
+        for key in ("transceiver_cpu_ms", "callers_cpu_ms"):
+            total = getattr(stage, key) if r else 0.0
+            setattr(stage, key, total + getattr(one, key) / cfg.bursts)
+    for step in ("post_to_answer", "post_to_connected"):
+        end, start = SINGLE_STEPS[step]
+        stage.ms[step] = summarize_ms(step_ms(stage.calls, end, start))
+    return stage
+
+
 def callers_cpu_ns(workers: list[WorkerProcess]) -> int:
     return sum(process_cpu_ns(w.pid)[0] for w in workers)
 
@@ -287,17 +321,17 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"transceiver pid {trx.proc.pid} on CPU {sorted(cpus['transceiver'])}; relay and "
             f"{len(workers)} caller workers on CPU {sorted(cpus['clients'])}"
         )
-        progress = Progress([2.0 + 0.4 * cfg.calls, 3.0, 2 * cfg.settle_s + 4.0], echo)
+        progress = Progress([2.0 + 0.4 * cfg.calls, 3.0 * cfg.bursts, 2 * cfg.settle_s + 4.0], echo)
         progress.announce(
-            f"{cfg.calls} single calls, a burst of {cfg.burst}, memory at 0/{cfg.burst}/"
-            f"{2 * cfg.burst} calls"
+            f"{cfg.calls} single calls, {cfg.bursts} x {cfg.burst} calls at once, memory at "
+            f"0/{cfg.burst}/{2 * cfg.burst} calls"
         )
         single = single_calls(cfg, trx, workers[0])
         progress.step(single_line(asdict(single)))
-        memory = [memory_point(trx, 0, 0.5)]
+        memory: list[dict[str, float]] = []
         stages = [single]
         before = phase_totals(trx)
-        first = burst("burst", range(1000, 1000 + cfg.burst), 0, cfg, trx, workers)
+        first = bursts(cfg, trx, workers, memory)
         stages.append(first)
         memory.append(memory_point(trx, cfg.burst, cfg.settle_s))
         after = phase_totals(trx)  # the burst's calls have all sent and received audio by now
@@ -345,7 +379,7 @@ def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
     bursts = [s for s in result["stages"] if s["name"] == "burst"]
     if bursts:
         b = bursts[0]
-        n = len(b["calls"])
+        n = len(b["calls"]) // max(1, len(b.get("p95_per_burst_ms") or [1]))
         out.append(
             criterion(
                 f"{n} calls at once: connect (POST -> connected) p95 <= "
@@ -386,11 +420,14 @@ def single_line(s: dict[str, Any]) -> str:
 
 def burst_line(s: dict[str, Any]) -> str:
     ms = s["ms"]
+    each = "/".join(_ms({"v": v}, "v") for v in s["p95_per_burst_ms"])
     return (
-        f"{len(s['calls'])} calls at once, p50/p95 ms: POST->answer "
+        f"{len(s['p95_per_burst_ms'])} x {len(s['calls']) // max(1, len(s['p95_per_burst_ms']))}"
+        f" calls at once, p50/p95 ms: POST->answer "
         f"{_ms(ms['post_to_answer'])}/{_ms(ms['post_to_answer'], 'p95')}, POST->connected "
-        f"{_ms(ms['post_to_connected'])}/{_ms(ms['post_to_connected'], 'p95')}; transceiver CPU "
-        f"{s['transceiver_cpu_ms']:.0f} ms, callers' {s['callers_cpu_ms']:.0f} ms"
+        f"{_ms(ms['post_to_connected'])}/{_ms(ms['post_to_connected'], 'p95')} (p95 of each "
+        f"burst {each}); CPU per burst: transceiver {s['transceiver_cpu_ms']:.0f} ms, callers' "
+        f"{s['callers_cpu_ms']:.0f} ms"
         + (f"; errors: {'; '.join(s['errors'][:3])}" if s["errors"] else "")
     )
 
@@ -430,7 +467,7 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
 EXAMPLES = """
 \b
 Examples:
-  rtcedge bench connect                 # 20 single calls, a burst of 20, memory at 0/20/40
+  rtcedge bench connect                 # 20 single calls, 3 bursts of 20, memory at 0/20/40
   rtcedge bench connect --calls 50
   rtcedge bench connect --quick         # smoke test: 3 single calls, bursts of 4
 \b
@@ -455,6 +492,13 @@ them), writes the JSON result and its plot, and exits 0 whatever the figures are
     help="Calls at once; the memory step adds as many again (each call its own tone).",
 )
 @click.option(
+    "--bursts",
+    type=click.IntRange(min=1, max=9),
+    default=3,
+    show_default=True,
+    help="Bursts, one after another: their calls pooled (the machine may be shared).",
+)
+@click.option(
     "--max-seconds",
     type=click.FloatRange(min=30, max=3600),
     default=240.0,
@@ -472,7 +516,13 @@ them), writes the JSON result and its plot, and exits 0 whatever the figures are
 @out_option
 @click.option("--quick", is_flag=True, help="3 single calls, bursts of 4: a smoke test.")
 def connect_bench(
-    calls: int, burst: int, max_seconds: float, callers: str, out_dir: str, quick: bool
+    calls: int,
+    burst: int,
+    bursts: int,
+    max_seconds: float,
+    callers: str,
+    out_dir: str,
+    quick: bool,
 ) -> None:
     """How fast calls connect, alone and at once, step by step; memory per call."""
     light = callers == "light"
@@ -480,6 +530,7 @@ def connect_bench(
         cfg = ConnectConfig(
             calls=3,
             burst=4,
+            bursts=1,
             settle_s=0.5,
             max_seconds=min(max_seconds, 80.0),
             out_dir=out_dir,
@@ -490,6 +541,7 @@ def connect_bench(
         cfg = ConnectConfig(
             calls=calls,
             burst=burst,
+            bursts=bursts,
             max_seconds=max_seconds,
             out_dir=out_dir,
             light_callers=light,

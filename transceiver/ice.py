@@ -116,6 +116,8 @@ class PromptConnection(aioice.Connection):
         loop = asyncio.get_running_loop()
         self._completed = loop.create_future()
         self._checks_loop = loop.create_task(super().connect())
+        # Its failure is also ours (below); retrieved here too, in case nobody awaits us.
+        self._checks_loop.add_done_callback(lambda t: t.cancelled() or t.exception())
         await asyncio.wait({self._checks_loop, self._completed}, return_when=FIRST_COMPLETED)
         if self._checks_loop.done():
             self._checks_loop.result()  # aioice's ConnectionError on failure

@@ -3,6 +3,7 @@ built once and as aiortc builds its own (plus no session cache)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -10,6 +11,7 @@ from aiortc import RTCPeerConnection
 from aiortc.rtcdtlstransport import SRTP_PROFILES, RTCCertificate
 from OpenSSL import SSL
 
+from tests.support.inprocess import direct_config, running
 from tests.support.waits import run
 from tests.support.whip import make_offer
 from tests.transceiver.test_session import PASSWORD, SESSION_ID, UFRAG, Host
@@ -98,5 +100,20 @@ def test_two_sessions_answer_with_the_process_s_fingerprint_and_a_new_one_after_
         )
         assert first == second == f"a=fingerprint:sha-256 {process_fingerprint}"
         assert rotated != first, "a session after the rotation: the new certificate"
+
+    run(go())
+
+
+def test_a_server_answers_every_session_with_its_process_certificate():
+    async def go():
+        async with running(direct_config()) as (server, _url):
+            sessions = [await server.create_session(await make_offer(), "", {}) for _ in "ab"]
+            answers = [s.answer_sdp for s in sessions]
+            for session in sessions:
+                session.end("deleted")
+                await session.closed.wait()
+        process = fingerprint(server.certificates.current(time.monotonic()))
+        for answer in answers:
+            assert f"a=fingerprint:sha-256 {process}" in answer
 
     run(go())

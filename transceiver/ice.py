@@ -98,7 +98,9 @@ class PromptConnection(aioice.Connection):
     ``connect`` returns at completion; aioice's loop ends by itself at that tick and goes on as
     before (it cancels leftover checks and starts consent freshness, RFC 7675). What completes
     the check list is aioice's rule, unchanged. The benchmarks' aiortc callers use it too
-    (``prompt``), as browsers do not wait for a timer either.
+    (``prompt``), as browsers do not wait for a timer either. It relies on aioice calling
+    ``_check_list_maybe_complete`` when a pair completes (0.13): an aioice that does not simply
+    connects at its own pace, as before.
     """
 
     # Class attributes, so that ``prompt`` can turn a plain aioice Connection into one.

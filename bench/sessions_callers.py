@@ -29,15 +29,22 @@ from bench.harness.processes import stop_process
 class EchoCall:
     """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE."""
 
-    def __init__(self, call_id: int, hz: int, packets: list[bytes]) -> None:
+    def __init__(
+        self, call_id: int, hz: int, packets: list[bytes], certificate: Any = None
+    ) -> None:
+        """``certificate``: a light caller's (``CallerWorker.light``), else stock aiortc."""
         # aiortc is imported in the worker processes only: the benchmark imports this module.
         from aiortc import RTCConfiguration, RTCPeerConnection
 
         from bench.webrtc_client import EchoCounter, OpusToneTrack
+        from transceiver.certificate import use_certificate
 
         self.id = call_id
         self.hz = hz
+        self.light = certificate is not None
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        if certificate is not None:
+            use_certificate(self.pc, certificate)
         self.tone = OpusToneTrack(packets)
         self.pc.addTrack(self.tone)
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
@@ -48,14 +55,17 @@ class EchoCall:
         )
         self.window_start = 0.0  # monotonic: the step's window began (its first mark)
         self.connected = asyncio.Event()
-        self.offer_at: float | None = None
-        self.connected_at: float | None = None
+        self.offer_at: float | None = None  # the offer made, its POST about to leave
+        self.answer_at: float | None = None  # the answer read
+        self.ice_at: float | None = None  # this caller's ICE completed
+        self.connected_at: float | None = None  # ICE and DTLS: media may flow
         self.location = ""
         self.status = 0  # of the WHIP POST
         self.retry_after = ""  # its Retry-After, if refused
         self.error = ""
         self.hanging_up = False
         self.pc.on("connectionstatechange", self._on_state)
+        self.pc.on("iceconnectionstatechange", self._on_ice_state)
         self.pc.on("track", self._on_track)
 
     def _on_state(self) -> None:
@@ -65,16 +75,26 @@ class EchoCall:
         elif self.pc.connectionState in ("failed", "closed") and not self.hanging_up:
             self.error = self.error or f"connection {self.pc.connectionState}"
 
+    def _on_ice_state(self) -> None:
+        if self.pc.iceConnectionState in ("connected", "completed") and self.ice_at is None:
+            self.ice_at = time.monotonic()
+
     def _on_track(self, track: Any) -> None:
         for transceiver in self.pc.getTransceivers():
             if transceiver.receiver.track is track:
                 self.echo.attach(transceiver.receiver)
 
-    async def connect(self, http: Any, url: str, timeout_s: float) -> None:
+    async def connect(self, http: Any, url: str, timeout_s: float, echo_s: float = 0.0) -> None:
+        """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
+        first echo of its own tone came back."""
         from aiortc import RTCSessionDescription
 
         try:
             await self.pc.setLocalDescription(await self.pc.createOffer())
+            if self.light:
+                from bench.webrtc_client import prompt_ice
+
+                prompt_ice(self.pc)
             self.offer_at = time.monotonic()
             async with asyncio.timeout(timeout_s):
                 async with http.post(
@@ -83,6 +103,7 @@ class EchoCall:
                     headers={"Content-Type": "application/sdp"},
                 ) as resp:
                     body = await resp.text()
+                    self.answer_at = time.monotonic()
                     self.status = resp.status
                     self.retry_after = resp.headers.get("Retry-After", "")
                     if resp.status != 201:
@@ -91,6 +112,9 @@ class EchoCall:
                     self.location = resp.headers["Location"]
                 await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
                 await self.connected.wait()
+            deadline = time.monotonic() + echo_s
+            while self.echo.first_echo_at is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
         except TimeoutError:
             self.error = f"not connected within {timeout_s:.0f} s: {self.pc.connectionState}"
         except Exception as exc:  # a failed call is a result, not the end of the benchmark
@@ -138,6 +162,8 @@ class EchoCall:
             "status": self.status,
             "retry_after": self.retry_after,
             "error": self.error,
+            "offer_to_answer_s": _since(self.offer_at, self.answer_at),
+            "offer_to_ice_s": _since(self.offer_at, self.ice_at),
             "offer_to_connected_s": _since(self.offer_at, self.connected_at),
             "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),
             "tone_checks": e.tone_checks,
@@ -155,13 +181,20 @@ def _since(start: float | None, end: float | None) -> float | None:
 
 class CallerWorker:
     """The worker side of the line protocol: one JSON command per line on stdin, one JSON reply
-    per line on stdout. Commands: connect {url, calls: [[id, hz]...], timeout_s}, mark, stats,
-    hangup {timeout_s}, exit."""
+    per line on stdout. Commands: tones {hz: [...]} (encodes them ahead), connect {url, calls:
+    [[id, hz]...], timeout_s, echo_s, light} (adds calls to those it holds; the reply sums up
+    the new ones), mark, stats, hangup {timeout_s} (every call), exit.
+
+    Light callers (``light``) are closer to a browser in what connecting costs them: their ICE
+    connects at completion (``bench.webrtc_client.prompt_ice``) and they share one DTLS
+    certificate per worker (``transceiver.certificate``), so that many callers connecting at
+    once on one CPU do not measure aiortc's client-side costs instead of the transceiver."""
 
     def __init__(self) -> None:
         self.calls: list[EchoCall] = []
         self.url = ""
         self._packets: dict[int, list[bytes]] = {}
+        self._certificate: Any = None  # the light callers' one certificate
         self.http: Any = None
 
     def reply(self, message: dict[str, Any]) -> None:
@@ -172,16 +205,30 @@ class CallerWorker:
         from bench.webrtc_client import DELAY_LEVELS, opus_tone_packets
 
         kind = cmd["cmd"]
-        if kind == "connect":
+        if kind == "tones":
+            for hz in cmd["hz"]:
+                if hz not in self._packets:
+                    self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
+            self.reply({"event": "tones"})
+        elif kind == "connect":
             self.url = cmd["url"]
             for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
                 if hz not in self._packets:
                     self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-            self.calls = [EchoCall(i, hz, self._packets[hz]) for i, hz in cmd["calls"]]
+            certificate = None
+            if cmd.get("light", False):
+                if self._certificate is None:
+                    from transceiver.certificate import SharedCertificate
+
+                    self._certificate = SharedCertificate.generateCertificate()
+                certificate = self._certificate
+            new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
+            self.calls += new
+            echo_s = cmd.get("echo_s", 0.0)
             await asyncio.gather(
-                *(c.connect(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
+                *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s) for c in new)
             )
-            self.reply({"event": "connected", "calls": [c.summary() for c in self.calls]})
+            self.reply({"event": "connected", "calls": [c.summary() for c in new]})
         elif kind == "mark":
             for c in self.calls:  # the window's first mark starts what echo_delay_ms reads
                 c.window_start = c.window_start or time.monotonic()
@@ -301,12 +348,26 @@ def collect(workers: list[WorkerProcess], event: str, timeout_s: float) -> list[
 
 # -- the commands, sent to several workers at once and answered by each ----------------------------
 def connect(
-    shares: dict[WorkerProcess, list[list[int]]], url: str, timeout_s: float
+    shares: dict[WorkerProcess, list[list[int]]],
+    url: str,
+    timeout_s: float,
+    echo_s: float = 0.0,
+    light: bool = False,
 ) -> list[dict[str, Any]]:
-    """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url``."""
+    """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
+    waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
+    (``CallerWorker``)."""
     for w, share in shares.items():
-        w.send({"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s})
-    return collect(list(shares), "connected", timeout_s + 30)
+        message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
+        w.send({**message, "echo_s": echo_s, "light": light})
+    return collect(list(shares), "connected", timeout_s + echo_s + 30)
+
+
+def prepare_tones(shares: dict[WorkerProcess, list[list[int]]]) -> None:
+    """Each worker encodes the tones of its share of calls now, not when they connect."""
+    for w, share in shares.items():
+        w.send({"cmd": "tones", "hz": [hz for _, hz in share]})
+    collect(list(shares), "tones", 60)
 
 
 def mark(workers: list[WorkerProcess]) -> list[dict[str, Any]]:

@@ -130,7 +130,7 @@ class Benchmarks(click.Group):
     """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return ["geo", "plot", "recovery", "relay", "sessions"]
+        return ["connect", "geo", "plot", "recovery", "relay", "sessions"]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         with from_checkout(f"rtcedge bench {cmd_name}"):
@@ -142,6 +142,10 @@ class Benchmarks(click.Group):
                 from bench.sessions import sessions_bench
 
                 return sessions_bench
+            if cmd_name == "connect":
+                from bench.connect import connect_bench
+
+                return connect_bench
             if cmd_name == "geo":
                 from bench.geo import geo_bench
 

@@ -170,7 +170,7 @@ def make_app(server: TransceiverServer) -> web.Application:
             )
         session: Created | web.Response | None = None
         try:
-            session = await create(request, address, subject)
+            session = await create(request, address, subject, now)
         finally:
             if per_client is not None:
                 per_client.settle(key, session.id if isinstance(session, Created) else None)
@@ -186,9 +186,10 @@ def make_app(server: TransceiverServer) -> web.Application:
         )
 
     async def create(
-        request: web.Request, address: str | None, subject: str | None
+        request: web.Request, address: str | None, subject: str | None, received_at: float
     ) -> Created | web.Response:
-        """Read and check the offer, make the session: its answer, or the error response."""
+        """Read and check the offer, make the session: its answer, or the error response.
+        ``received_at``: when the POST arrived (time.monotonic())."""
         try:
             raw = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
@@ -208,7 +209,9 @@ def make_app(server: TransceiverServer) -> web.Application:
         if cfg.region_header and from_trusted_proxy(request.remote, trusted):
             region = request.headers.get(cfg.region_header)
         try:
-            session = await server.create_session(offer, address or "", metadata, region)
+            session = await server.create_session(
+                offer, address or "", metadata, region, offer_at=received_at
+            )
         except SessionLimitError as exc:
             return refuse(exc.refusal)
         except BackendError as exc:

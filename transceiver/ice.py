@@ -22,6 +22,8 @@ aiortc and aioice; ``check_versions`` refuses versions these were not verified w
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -88,8 +90,68 @@ class VirtualTransport(asyncio.DatagramTransport):
         self.close()
 
 
-class SharedSocketConnection(aioice.Connection):
-    """An aioice Connection whose candidates are relay addresses, on the shared socket."""
+class PromptConnection(aioice.Connection):
+    """An aioice Connection whose ``connect`` returns as soon as its check list completes.
+
+    aioice runs its checks on a 20 ms timer (Ta, RFC 8445 6.1.4.2) and sees only at its next
+    tick that the check list completed: up to 20 ms of nothing before aiortc starts DTLS. Here
+    ``connect`` returns at completion; aioice's loop ends by itself at that tick and goes on as
+    before (it cancels leftover checks and starts consent freshness, RFC 7675). What completes
+    the check list is aioice's rule, unchanged. The benchmarks' aiortc callers use it too
+    (``prompt``), as browsers do not wait for a timer either. It relies on aioice calling
+    ``_check_list_maybe_complete`` when a pair completes (0.13): an aioice that does not simply
+    connects at its own pace, as before.
+    """
+
+    # Class attributes, so that ``prompt`` can turn a plain aioice Connection into one.
+    _completed: asyncio.Future[None] | None = None  # set when the check list completes
+    _checks_loop: asyncio.Task[None] | None = None  # aioice's own connect(), in a task
+
+    async def connect(self) -> None:
+        """aioice's ``connect``, returning as soon as the check list completes.
+
+        For the transceiver, the controlled agent, that is when the client nominated a pair
+        whose round trip our own check proved (RFC 8445 7.3.1.5: the client's USE-CANDIDATE
+        check on a succeeded pair, or our triggered check's answer on a pair the client had
+        nominated): an incoming check alone completes nothing.
+        """
+        loop = asyncio.get_running_loop()
+        self._completed = loop.create_future()
+        self._checks_loop = loop.create_task(super().connect())
+        # Its failure is also ours (below); retrieved here too, in case nobody awaits us.
+        self._checks_loop.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.wait({self._checks_loop, self._completed}, return_when=FIRST_COMPLETED)
+        if self._checks_loop.done():
+            self._checks_loop.result()  # aioice's ConnectionError on failure
+
+    def _check_list_maybe_complete(self) -> bool:
+        complete = super()._check_list_maybe_complete()
+        if complete and self._completed is not None and not self._completed.done():
+            self._completed.set_result(None)
+        return complete
+
+    async def close(self) -> None:
+        # Completed, aioice's loop may still sleep out its last tick, and would then start
+        # consent checks on a closed connection: it has nothing left to do, so it is cancelled.
+        # Not completed, it is left to aioice, whose close() makes it fail as it always did.
+        loop_task, completed = self._checks_loop, self._completed
+        if loop_task is not None and not loop_task.done() and completed and completed.done():
+            loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+        await super().close()
+
+
+def prompt(connection: aioice.Connection) -> None:
+    """Make a plain aioice Connection a ``PromptConnection`` (before its ``connect``)."""
+    if type(connection) is not aioice.Connection:
+        raise TypeError(f"not a plain aioice Connection: {type(connection).__name__}")
+    connection.__class__ = PromptConnection
+
+
+class SharedSocketConnection(PromptConnection):
+    """An aioice Connection whose candidates are relay addresses, on the shared socket; ICE
+    connected as soon as it completes (``PromptConnection``)."""
 
     def __init__(
         self,

@@ -76,6 +76,9 @@ class Lifecycle:
     ice_connected_at: float | None = None
     dtls_connected_at: float | None = None
     last_audio_at: float | None = None
+    offer_at: float | None = None  # when its POST arrived (before the offer was read)
+    first_audio_in_at: float | None = None  # the caller's first audio frame
+    first_audio_out_at: float | None = None  # the first audio frame toward the caller
     history: list[tuple[State, float, str]] = field(default_factory=list)
 
     def _to(self, state: State, now: float, reason: str) -> None:
@@ -111,6 +114,39 @@ class Lifecycle:
 
     def audio_received(self, now: float) -> None:
         self.last_audio_at = now
+        if self.first_audio_in_at is None:
+            self.first_audio_in_at = now
+
+    def audio_sent(self, now: float) -> None:
+        if self.first_audio_out_at is None:
+            self.first_audio_out_at = now
+
+    def connect_phases(self) -> dict[str, float]:
+        """How long each step of connecting took, in seconds, for the steps that happened:
+
+        - ``offer``: reading and checking the offer (from the POST, if known, to the session);
+        - ``answer``: the session's answer (offer applied, backend opened, answer made);
+        - ``first_check``: from the answer to the client's first authenticated check (the HTTP
+          response, the client applying it: mostly the client's time);
+        - ``ice``: from that check to ICE connected (our check's round trip, the nomination);
+        - ``dtls``: from ICE to DTLS connected (the handshake);
+        - ``audio_in`` / ``audio_out``: from DTLS connected to the first audio frame from the
+          caller / toward it (for an echo, the first echo).
+        """
+        marks = {
+            "offer": (self.offer_at, self.created_at),
+            "answer": (self.created_at, self.connecting_at),
+            "first_check": (self.connecting_at, self.first_check_at),
+            "ice": (self.first_check_at, self.ice_connected_at),
+            "dtls": (self.ice_connected_at, self.dtls_connected_at),
+            "audio_in": (self.dtls_connected_at, self.first_audio_in_at),
+            "audio_out": (self.dtls_connected_at, self.first_audio_out_at),
+        }
+        return {
+            phase: end - start
+            for phase, (start, end) in marks.items()
+            if start is not None and end is not None
+        }
 
     def close(self, now: float, reason: str) -> bool:
         """Begin closing; False (and nothing changes) if already closing or closed."""

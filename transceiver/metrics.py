@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+# A connect's steps take from under a millisecond (an answer) to seconds (a slow client).
+PHASE_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+CONNECT_PHASES = ("offer", "answer", "first_check", "ice", "dtls", "audio_in", "audio_out")
 
 
 class Tally:
@@ -40,6 +43,7 @@ class SessionMetrics:
     backend_errors: Counter
     ice_connected: Histogram
     dtls_connected: Histogram
+    connect_phase: Histogram  # labelled by phase (transceiver.lifecycle.Lifecycle.connect_phases)
 
 
 class TransceiverMetrics:
@@ -84,6 +88,18 @@ class TransceiverMetrics:
             buckets=CONNECT_BUCKETS,
             registry=r,
         )
+        self.connect_phase = Histogram(
+            "rtcedge_transceiver_connect_phase_seconds",
+            "A session's connect, step by step: reading the offer (offer), making the answer"
+            " (answer), answer to the first authenticated check (first_check), to ICE connected"
+            " (ice), to DTLS connected (dtls), then to the first audio frame from the caller"
+            " (audio_in) and toward it (audio_out).",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=r,
+        )
+        for phase in CONNECT_PHASES:
+            self.connect_phase.labels(phase)
         self.audio_frames = Counter(
             "rtcedge_transceiver_audio_frames",
             "20 ms audio frames, from callers (in) and toward them (out).",
@@ -174,4 +190,5 @@ class TransceiverMetrics:
             self.backend_errors,
             self.ice_connected,
             self.dtls_connected,
+            self.connect_phase,
         )

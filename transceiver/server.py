@@ -17,8 +17,11 @@ import time
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
 from common.sockets import set_buffers
+from transceiver import opus
+from transceiver.audio import silent_packet
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
+from transceiver.certificate import CertificateHolder
 from transceiver.config import TransceiverConfig
 from transceiver.demux import Demux
 from transceiver.ice import check_versions
@@ -41,6 +44,13 @@ class SessionLimitError(Exception):
         self.refusal = refusal
 
 
+def warm_up() -> None:
+    """What the first call would otherwise pay for, once per process, at start: libopus and
+    libavfilter set themselves up on first use (measured 3-16 ms on the bench machine, on the
+    event loop, in the first call's first audio frame each way)."""
+    opus.Decoder().decode(silent_packet())  # encoding it set up the encoder's side
+
+
 class TransceiverServer:
     def __init__(self, config: TransceiverConfig, backend: Backend | None = None) -> None:
         check_versions()
@@ -57,6 +67,8 @@ class TransceiverServer:
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
         self.sessions: dict[str, Session] = {}
         self.draining = False
+        # One DTLS certificate for the process's sessions, a new one every day.
+        self.certificates = CertificateHolder(time.monotonic())
         self._session_context = SessionContext(
             transceiver_id=config.transceiver_id,
             advertise=config.advertise,
@@ -67,6 +79,7 @@ class TransceiverServer:
             on_selected=self.demux.select,
             on_closed=self._forget,
             audio_clock=AudioClock(),
+            certificate=lambda: self.certificates.current(time.monotonic()),
         )
         self.headroom = Headroom(config.load_limits())
         self._transport: UdpEdge | None = None
@@ -93,6 +106,7 @@ class TransceiverServer:
         edge = UdpEdge(sock, self.media, on_drop=self.media.drop)
         edge.start()
         self._transport = edge
+        warm_up()
         self._watchdog = loop.create_task(self._watch())
         self._load_sampler = loop.create_task(self._sample_load())
 
@@ -143,12 +157,14 @@ class TransceiverServer:
         remote: str,
         metadata: dict[str, str],
         region_header: str | None = None,
+        offer_at: float | None = None,
     ) -> Session:
         """Where a session is created: credentials, table entries, then its SDP answer.
 
         ``remote`` is the client's address as the HTTP layer determined it; ``region_header``
         the value of --region-header, only if a trusted proxy set it. Both choose the relay
-        addresses the answer advertises (``transceiver.regions``).
+        addresses the answer advertises (``transceiver.regions``). ``offer_at``: when the
+        POST arrived (time.monotonic()), the start of the session's connect breakdown.
         """
         refusal = self.capacity_refusal()
         if refusal is not None:
@@ -164,6 +180,7 @@ class TransceiverServer:
             password,
             time.monotonic(),
             advertised=choice.addresses,
+            offer_at=offer_at,
         )
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)

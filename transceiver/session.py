@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
 from transceiver import inbound, outbound
 from transceiver.audio import BackendAudioTrack
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
+from transceiver.certificate import use_certificate
 from transceiver.ice import Addr, SharedSocketConnection, install
 from transceiver.lifecycle import Lifecycle, Limits, State
 from transceiver.metrics import SessionMetrics
@@ -52,6 +53,9 @@ class SessionContext:
     on_selected: Callable[[str, Addr], object]  # (ufrag, client): ICE proved a path to client
     on_closed: Callable[[Session, str], None]  # (session, reason): teardown is over, forget it
     audio_clock: outbound.AudioClock  # paces every session's outbound RTP
+    # The process's DTLS certificate for a new session (transceiver.certificate); None: aiortc
+    # makes one per session.
+    certificate: Callable[[], RTCCertificate] | None = None
 
 
 class Session:
@@ -63,17 +67,21 @@ class Session:
         password: str,
         now: float,
         advertised: Sequence[Addr] = (),
+        offer_at: float | None = None,
     ) -> None:
         """``advertised``: the relay addresses the answer names, most preferred first (its
-        region's: ``transceiver.regions``); empty: ``context.advertise`` alone."""
+        region's: ``transceiver.regions``); empty: ``context.advertise`` alone. ``offer_at``:
+        when its POST arrived (time.monotonic()), for the connect breakdown."""
         self._context = context
         self._metrics = context.metrics
         self.id = session_id
         self.ufrag = ufrag
-        self.lifecycle = Lifecycle(now, context.limits)
+        self.lifecycle = Lifecycle(now, context.limits, offer_at=offer_at)
         self.pc = RTCPeerConnection(
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
+        if context.certificate is not None:
+            use_certificate(self.pc, context.certificate())
         self.ice = SharedSocketConnection(
             ufrag,
             password,
@@ -81,7 +89,7 @@ class Session:
             send=lambda data, to: context.send(ufrag, data, to),
             on_selected=lambda client: context.on_selected(ufrag, client),
         )
-        self.out_track = BackendAudioTrack(on_frame_out=self._metrics.audio_frames_out.inc)
+        self.out_track = BackendAudioTrack(on_frame_out=self._audio_sent)
         self.backend: BackendSession | None = None
         self.audio_format = ""  # the backend's choice (transceiver.backend.AUDIO_FORMATS)
         self.channel: Any = None
@@ -90,6 +98,7 @@ class Session:
         self._connect_task: asyncio.Task[Any] | None = None
         self.closed = asyncio.Event()
         self.frames_in = 0
+        self._connect_reported = False
 
     # -- set-up -------------------------------------------------------------------------------
     async def answer(self, offer_sdp: str, remote: str, metadata: dict[str, str]) -> str:
@@ -143,6 +152,31 @@ class Session:
         self.frames_in += 1
         self._metrics.audio_frames_in.inc()
         self.lifecycle.audio_received(time.monotonic())
+        if not self._connect_reported and self.lifecycle.first_audio_out_at is not None:
+            self._report_connect()
+
+    def _audio_sent(self) -> None:
+        """A 20 ms frame of audio (not silence) went toward the caller."""
+        self._metrics.audio_frames_out.inc()
+        if self.lifecycle.first_audio_out_at is None:
+            self.lifecycle.audio_sent(time.monotonic())
+            if self.lifecycle.first_audio_in_at is not None:
+                self._report_connect()
+
+    def _report_connect(self) -> None:
+        """The connect breakdown, once: when audio went both ways, or when the session ends
+        (then with the steps it got to). Logged, and observed in the connect_phase histogram."""
+        if self._connect_reported:
+            return
+        self._connect_reported = True
+        phases = self.lifecycle.connect_phases()
+        for phase, seconds in phases.items():
+            self._metrics.connect_phase.labels(phase).observe(seconds)
+        log.info(
+            "session %s connect: %s",
+            self.id,
+            " ".join(f"{phase}={seconds * 1000:.1f}ms" for phase, seconds in phases.items()),
+        )
 
     def _on_pcm_in(self, pcm: bytes) -> None:
         """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
@@ -258,6 +292,7 @@ class Session:
     def end(self, reason: str) -> None:
         """Start ending the session (idempotent); teardown runs in a task."""
         if self.lifecycle.close(time.monotonic(), reason):
+            self._report_connect()
             log.info("session %s ending: %s", self.id, reason)
             asyncio.get_running_loop().create_task(self._teardown(reason))
 

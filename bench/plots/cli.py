@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bench.harness.plots import Draw, PlotsUnavailable, write_plot
+from bench.plots.connect import connect_figure
 from bench.plots.geo import geo_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
@@ -19,6 +20,7 @@ FIGURES: dict[str, Draw] = {
     "sessions": sessions_figure,
     "recovery": recovery_figure,
     "geo": geo_figure,
+    "connect": connect_figure,
 }
 
 

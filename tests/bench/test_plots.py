@@ -121,7 +121,43 @@ def recovery_result() -> dict[str, Any]:
     }
 
 
+def connect_result(with_phases: bool) -> dict[str, Any]:
+    """A connect run; without phases: a transceiver that had no connect_phase histogram (before
+    it existed), and a memory step skipped (no slope)."""
+
+    def call(i: int, connected: float | None) -> dict[str, Any]:
+        return {
+            "id": i,
+            "offer_to_answer_s": 0.004,
+            "offer_to_ice_s": 0.007,
+            "offer_to_connected_s": connected,
+            "offer_to_first_echo_s": None if connected is None else connected + 0.02,
+        }
+
+    ms = {"p50": 5.0, "p95": 9.0, "n": 3}
+    phases = {"offer": 0.6, "answer": 2.1, "first_check": 3.0, "ice": 1.2, "dtls": 2.5}
+    single = {"name": "single", "calls": [call(i, 0.012) for i in range(3)], "errors": []}
+    single["ms"] = dict.fromkeys(
+        ("post_to_answer", "answer_to_ice", "ice_to_connected", "connected_to_first_echo"), ms
+    )
+    single["transceiver_phases_ms"] = phases if with_phases else dict.fromkeys(phases)
+    burst = {"name": "burst", "calls": [call(i, 0.1 + i / 100) for i in range(4)]}
+    burst["calls"].append(call(9, None))  # one did not connect
+    points = [{"calls": 0, "sessions_active": 0, "rss_mb": 80.0}]
+    if with_phases:
+        points.append({"calls": 4, "sessions_active": 4, "rss_mb": 81.2})
+    return {
+        "benchmark": "connect",
+        **HEADER,
+        "config": {"quick": not with_phases},
+        "stages": [single, burst],
+        "memory": {"points": points, "mb_per_call": 0.3 if with_phases else None},
+    }
+
+
 RESULTS = {
+    "connect-20261202T100000Z.json": connect_result(with_phases=True),
+    "connect-20261202T110000Z.json": connect_result(with_phases=False),
     "relay_pps-20261201T100000Z.json": relay_result(with_distribution=True),
     "relay_pps-20261130T100000Z.json": relay_result(with_distribution=False),
     "sessions-20261201T100000Z.json": sessions_result(),

@@ -14,6 +14,12 @@ thread kills the children and exits if even the cleanup hangs.
 
     python -m tests.transceiver.browser_harness --http-port 8080 --relay-port 3478 \\
         [--stack 'rtcedge up --http {http} --relay {relay}'] [--screenshot /tmp/page.png]
+
+``--repeat N`` then places N - 1 more calls, one after another (Talk, connected, Hang up), and
+reports how fast each connected from the page's own marks (``connect_timings``) and the medians
+of calls 2..N (``connect_p50_ms``: the first call warms the stack up): POST -> answer,
+answer -> ICE connected, -> connected (DTLS), answer -> connected and answer applied ->
+connected.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -83,6 +90,7 @@ class HarnessConfig:
     audio_s: float
     screenshot: Path | None
     page_query: str = ""  # e.g. "token=..." for a stack that wants a WHIP token
+    repeat: int = 1  # calls placed; the ones after the first only measure how fast they connect
 
     @property
     def page_url(self) -> str:
@@ -427,6 +435,37 @@ class Run:
         await asyncio.sleep(0.5)
         self.result["state_after_hangup"] = await cdp.evaluate(state_js)
         self.mark("hung_up")
+        if self.config.repeat > 1:
+            await self.repeat_calls(hung_up)
+
+    async def repeat_calls(self, hung_up: Any) -> None:
+        """``repeat - 1`` more calls, each connected then hung up; their marks, and medians."""
+        cdp = self.cdp
+        assert cdp is not None
+        timings = [(self.result.get("stats") or {}).get("timings", {})]
+        self.result["connect_timings"] = timings
+
+        async def connected() -> dict[str, Any] | None:
+            state = await cdp.evaluate("window.rtcedge.state()")
+            if state["connectionState"] in ("failed", "closed") or state.get("error"):
+                raise HarnessError(f"repeated call did not connect: {state}")
+            if state["connectionState"] != "connected":
+                return None
+            stats = await cdp.evaluate("window.rtcedge.stats()")
+            return stats["timings"] if "connectedMs" in stats["timings"] else None
+
+        talked_at = 0.0
+        for i in range(2, self.config.repeat + 1):
+            # One call a second at most: the stack's default quota per client (1/s after a
+            # burst of 10) would refuse more.
+            await asyncio.sleep(max(0.0, talked_at + CALL_INTERVAL_S - time.monotonic()))
+            talked_at = time.monotonic()
+            await cdp.evaluate("document.getElementById('talk').click(), true")
+            timings.append(await poll(f"call {i} connected", connected, 20, 0.05))
+            await cdp.evaluate("document.getElementById('hangup').click(), true")
+            await poll(f"call {i} closed", hung_up, 5, 0.05)
+        self.result["connect_p50_ms"] = connect_medians(timings[1:])
+        log(f"{self.config.repeat} calls; medians of calls 2..: {self.result['connect_p50_ms']}")
 
     async def screenshot(self) -> None:
         assert self.cdp is not None and self.config.screenshot is not None
@@ -461,6 +500,27 @@ class Run:
             self.result["stack_exit"] = await self.stack.stop(term_timeout_s=10)
             self.result["stack_output"] = list(self.stack.lines)
             self.result["stack_leftovers"] = self.stack.leftovers
+
+
+CALL_INTERVAL_S = 1.05  # between the repeated calls' Talk clicks
+CONNECT_STEPS = {  # name: (from mark, to mark), the page's timings (transceiver/static/app.js)
+    "post_to_answer": ("postMs", "answerMs"),
+    "answer_to_ice": ("answerMs", "iceConnectedMs"),
+    "ice_to_connected": ("iceConnectedMs", "connectedMs"),
+    "answer_to_connected": ("answerMs", "connectedMs"),
+    "applied_to_connected": ("answerAppliedMs", "connectedMs"),
+}
+
+
+def connect_medians(timings: list[dict[str, float]]) -> dict[str, float | None]:
+    """Median ms of each connect step over calls, from the page's marks (None: no call had
+    both)."""
+    out: dict[str, float | None] = {}
+    for step, (start, end) in CONNECT_STEPS.items():
+        values = [t[end] - t[start] for t in timings if start in t and end in t]
+        out[step] = round(statistics.median(values), 1) if values else None
+    out["calls"] = len(timings)
+    return out
 
 
 async def run(config: HarnessConfig, harness: Run) -> dict[str, Any]:
@@ -525,6 +585,12 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser.add_argument("--audio-seconds", type=float, default=3, help="audio before stats, s")
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the connected page")
     parser.add_argument("--page-query", default="", help="query string of the page's address")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="calls to place; after the first, each only connects and hangs up (connect times)",
+    )
     args = parser.parse_args(argv)
     http = format_host_port(args.host, args.http_port)
     relay = format_host_port(args.host, args.relay_port)
@@ -543,6 +609,7 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
         audio_s=args.audio_seconds,
         screenshot=args.screenshot,
         page_query=args.page_query,
+        repeat=max(1, args.repeat),
     )
 
 

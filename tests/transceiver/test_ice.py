@@ -236,3 +236,123 @@ def test_an_unverified_aiortc_or_aioice_fails_at_start(module, monkeypatch):
             check_versions()
     monkeypatch.setattr(module, "__version__", f"{low[0]}.{low[1]}.0")
     check_versions()
+
+
+# -- ICE connected as soon as the check list completes (PromptConnection) --------------------------
+CLIENT_UFRAG, CLIENT_PASSWORD = "cliU", "clientpassword0123456789"
+
+
+def client_check(nominate: bool) -> bytes:
+    """The client's (controlling) authenticated check, with USE-CANDIDATE if ``nominate``."""
+    check = aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.REQUEST)
+    check.attributes["USERNAME"] = f"{UFRAG}:{CLIENT_UFRAG}"
+    check.attributes["PRIORITY"] = 1853824767
+    check.attributes["ICE-CONTROLLING"] = 1
+    if nominate:
+        check.attributes["USE-CANDIDATE"] = None
+    check.add_message_integrity(PASSWORD.encode())
+    check.add_fingerprint()
+    return bytes(check)
+
+
+def answer_to(request: bytes, addr: Addr, password: str = CLIENT_PASSWORD) -> bytes:
+    """The client's success response to our check ``request``, signed with ``password``."""
+    message = aioice.stun.parse_message(request)
+    response = aioice.stun.Message(
+        aioice.stun.Method.BINDING, aioice.stun.Class.RESPONSE, message.transaction_id
+    )
+    response.attributes["XOR-MAPPED-ADDRESS"] = addr
+    response.add_message_integrity(password.encode())
+    response.add_fingerprint()
+    return bytes(response)
+
+
+async def connecting(recorder: Recorder) -> tuple[SharedSocketConnection, asyncio.Task[None]]:
+    """A connection whose connect() runs, as aiortc starts it once the answer is set."""
+    conn = await recorder.connection()
+    conn.remote_username, conn.remote_password = CLIENT_UFRAG, CLIENT_PASSWORD
+    task = asyncio.get_running_loop().create_task(conn.connect())
+    await asyncio.sleep(0)  # connect() runs up to its first wait
+    return conn, task
+
+
+async def settle() -> None:
+    """A few turns of the event loop and nothing else: no timer of aioice's can come due."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def our_checks(recorder: Recorder) -> list[tuple[bytes, Addr | None]]:
+    return [
+        (data, to)
+        for data, to in recorder.sent
+        if aioice.stun.parse_message(data).message_class == aioice.stun.Class.REQUEST
+    ]
+
+
+def test_the_nominating_check_on_a_proven_pair_connects_without_waiting_for_a_tick():
+    """RFC 8445 7.3.1.5: our triggered check proved the round trip, then the client's
+    USE-CANDIDATE check completes ICE at once, not at aioice's next 20 ms check tick."""
+
+    async def go():
+        recorder = Recorder()
+        conn, task = await connecting(recorder)
+        conn.datagram_received(client_check(nominate=False), CLIENT)  # checks, nominates later
+        await settle()
+        ((check, to),) = our_checks(recorder)  # the triggered check, at once
+        assert to == CLIENT
+        conn.datagram_received(answer_to(check, CLIENT), CLIENT)
+        await settle()
+        assert not task.done(), "a proven pair, not nominated yet"
+        conn.datagram_received(client_check(nominate=True), CLIENT)
+        await settle()
+        assert task.done() and task.exception() is None, "connected on the nominating check"
+        assert recorder.selected == [CLIENT]
+        assert not conn._checks_loop.done(), "aioice's loop was still sleeping out its tick"
+        await conn.close()
+        assert conn._checks_loop.done(), "and is stopped with the connection"
+
+    run(go())
+
+
+def test_an_incoming_nominating_check_alone_connects_nothing():
+    """A USE-CANDIDATE check, maybe a replayed capture: ICE completes only once our own check
+    to its source is answered with the client's credentials."""
+
+    async def go():
+        recorder = Recorder()
+        conn, task = await connecting(recorder)
+        conn.datagram_received(client_check(nominate=True), CLIENT)
+        conn.datagram_received(client_check(nominate=True), CLIENT)
+        await settle()
+        assert not task.done() and recorder.selected == []
+        ((check, _),) = our_checks(recorder)
+        # An answer from someone who does not know the client's password is discarded.
+        conn.datagram_received(answer_to(check, CLIENT, "not-the-client-s-password"), CLIENT)
+        await settle()
+        assert not task.done() and recorder.selected == []
+        conn.datagram_received(answer_to(check, CLIENT), CLIENT)
+        await settle()
+        assert task.done() and task.exception() is None
+        assert recorder.selected == [CLIENT]
+        await conn.close()
+
+    run(go())
+
+
+def test_closing_before_completion_fails_connect_as_aioice_does():
+    async def go():
+        conn, task = await connecting(Recorder())
+        await conn.close()
+        with pytest.raises(ConnectionError):
+            await task
+
+    run(go())
+
+
+def test_prompt_turns_a_plain_aioice_connection_into_one_that_connects_at_completion():
+    plain = aioice.Connection(ice_controlling=True)
+    ice.prompt(plain)
+    assert isinstance(plain, ice.PromptConnection) and plain._completed is None
+    with pytest.raises(TypeError):
+        ice.prompt(plain)  # already one

@@ -78,3 +78,29 @@ def test_one_check_lifts_the_first_check_deadline_only():
     assert lc.first_check_at == 2.9, "the first one counts"
     assert lc.due(9.9) is None
     assert lc.due(10.0) == "ice_timeout", "ICE must still connect in time"
+
+
+def test_the_connect_breakdown_has_the_steps_that_happened_each_from_the_one_before():
+    lc = Lifecycle(1.000, LIMITS, offer_at=0.998)
+    lc.start_connecting(1.004)
+    assert lc.connect_phases() == pytest.approx({"offer": 0.002, "answer": 0.004})
+    lc.check_received(1.010)
+    lc.check_received(1.011)  # the first one counts
+    lc.ice_connected(1.012)
+    lc.dtls_connected(1.020)
+    lc.audio_sent(1.045)
+    lc.audio_received(1.030)
+    lc.audio_received(1.050)
+    lc.audio_sent(1.060)
+    assert lc.connect_phases() == pytest.approx(
+        {
+            "offer": 0.002,
+            "answer": 0.004,
+            "first_check": 0.006,
+            "ice": 0.002,
+            "dtls": 0.008,
+            "audio_in": 0.010,
+            "audio_out": 0.025,
+        }
+    )
+    assert "offer" not in Lifecycle(1.0, LIMITS).connect_phases(), "POST time unknown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from tests.support.waits import run
@@ -97,3 +98,27 @@ def test_a_backend_failure_is_counted_and_ends_the_session_once():
         assert session.state is State.CLOSED
 
     run(go())
+
+
+def test_a_session_that_ends_before_connecting_reports_the_steps_it_got_to_once(caplog):
+    host = Host()
+
+    async def go():
+        now = time.monotonic()
+        session = Session(host.context(), SESSION_ID, UFRAG, PASSWORD, now, offer_at=now - 0.001)
+        await session.answer(await make_offer(), "192.0.2.1", {})
+        session.end("deleted")
+        session.end("idle")
+        await session.closed.wait()
+
+    with caplog.at_level("INFO", logger="rtcedge.transceiver"):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if " connect: " in r.getMessage()]
+    assert len(lines) == 1 and "offer=1.0ms" in lines[0] and "answer=" in lines[0], lines
+    assert "ice=" not in lines[0], "no step it did not get to"
+
+    def count(phase: str) -> float | None:
+        name = "rtcedge_transceiver_connect_phase_seconds_count"
+        return host.metrics.registry.get_sample_value(name, {"phase": phase})
+
+    assert (count("offer"), count("answer"), count("ice")) == (1.0, 1.0, 0.0)

@@ -26,6 +26,10 @@ from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, O
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
 SILENCE = bytes(FRAME_BYTES)
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
+# Silent frames still given to the encoder when the backend falls quiet, so that its state
+# (and the caller's decoder's) fades out and the next speech starts from silence; after them
+# the cached silent packet is sent instead.
+ENCODED_SILENCE_FRAMES = 3
 
 
 @functools.cache
@@ -57,6 +61,7 @@ class BackendAudioTrack(MediaStreamTrack):
         self._packets: deque[tuple[bytes, int]] = deque(maxlen=max_buffered_frames)
         self._pending = b""
         self._encoder: opus.Encoder | None = None
+        self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
         self._start: float | None = None
         self._encoded: deque[av.Packet] = deque()
@@ -108,10 +113,21 @@ class BackendAudioTrack(MediaStreamTrack):
             self._pts += samples
             return [packet]
         pcm = self._frames.popleft() if self._frames else SILENCE
-        if pcm is not SILENCE:
-            self._count_out()
         if self._encoder is None:
             self._encoder = opus.Encoder()
+        if pcm is not SILENCE:
+            self._count_out()
+            self._quiet_frames = 0
+        else:
+            self._quiet_frames += 1
+            if self._quiet_frames > ENCODED_SILENCE_FRAMES:
+                # The backend is quiet (a voice agent listening): send the cached silent packet.
+                # libopus spends more on silence than on speech (~0.24 against ~0.13 ms a frame).
+                packet = av.Packet(silent_packet())
+                packet.pts = self._pts
+                self._encoder.skip(SAMPLES_PER_FRAME)
+                self._pts += SAMPLES_PER_FRAME
+                return [packet]
         self._pts += SAMPLES_PER_FRAME
         return self._encoder.encode(pcm)
 
@@ -135,9 +151,11 @@ class BackendAudioTrack(MediaStreamTrack):
                 continue
             if self._start + self._pts / AUDIO_SAMPLE_RATE > now:
                 break
+            # On the track's clock, not the encoder's pts: libopus holds a frame back and
+            # shifts its pts by its look-ahead, and quiet frames are not encoded at all.
             pts = self._pts
-            for packet in self._next():
-                due.append((bytes(packet), pts if packet.pts is None else packet.pts))
+            for j, packet in enumerate(self._next()):
+                due.append((bytes(packet), pts + j * SAMPLES_PER_FRAME))
         return due
 
     async def recv(self) -> av.Packet:  # type: ignore[override]

@@ -86,6 +86,11 @@ class Encoder:
         self._samples = RATE // 50
         self._pts = 0
 
+    def skip(self, samples: int) -> None:
+        """Samples sent by other means (a cached silent packet): later packets' timestamps
+        stay on the stream's clock."""
+        self._pts += samples
+
     def encode(self, pcm: bytes) -> list[av.Packet]:
         frame = av.AudioFrame(format="s16", layout="mono", samples=self._samples)
         frame.planes[0].update(pcm)

@@ -222,3 +222,24 @@ def test_direct_rtp_unprotects_into_the_receiver_and_leaves_rtcp_to_aiortc():
             await callee.close()
 
     asyncio.run(go())
+
+
+def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_clock():
+    from transceiver.audio import ENCODED_SILENCE_FRAMES
+
+    track = BackendAudioTrack()  # pcm16
+    encoded: list[int] = []
+    track._encoder = None
+    due = track.take_due(100.0, limit=1)
+    encoder = track._encoder
+    assert encoder is not None
+    original = encoder.encode
+    encoder.encode = lambda pcm: encoded.append(1) or original(pcm)  # type: ignore[method-assign]
+    for i in range(1, 12):  # eleven more quiet frames
+        due += track.take_due(100.0 + 0.02 * i, limit=1)
+    assert len(encoded) == ENCODED_SILENCE_FRAMES - 1, "a few encoded to fade out, then none"
+    assert [payload for payload, _ in due[-5:]] == [silent_packet()] * 5
+    track.push(bytes(1920))  # speech (here: a frame of zeros the backend sent) resumes
+    due += track.take_due(100.0 + 0.02 * 12, limit=1)
+    assert len(encoded) == ENCODED_SILENCE_FRAMES
+    assert [pts for _, pts in due] == [960 * i for i in range(13)], "one clock, no jumps"

@@ -58,6 +58,7 @@ class TransceiverServer:
         self._session_context = SessionContext(
             transceiver_id=config.transceiver_id,
             advertise=config.advertise,
+            advertise_tcp=config.advertise_tcp,
             limits=config.lifecycle_limits(),
             backend=self.backend,
             metrics=self.metrics.for_sessions(),

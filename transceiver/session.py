@@ -51,6 +51,7 @@ class SessionContext:
     send: Callable[[str, bytes, Addr | None], None]  # (ufrag, datagram, to): the media socket
     on_selected: Callable[[str, Addr], object]  # (ufrag, client): ICE proved a path to client
     on_closed: Callable[[Session, str], None]  # (session, reason): teardown is over, forget it
+    advertise_tcp: Addr | None = None  # the relay's ICE-TCP address: a passive TCP candidate
 
 
 class Session:
@@ -79,6 +80,7 @@ class Session:
             tuple(advertised) or (context.advertise,),
             send=lambda data, to: context.send(ufrag, data, to),
             on_selected=lambda client: context.on_selected(ufrag, client),
+            advertised_tcp=context.advertise_tcp,
         )
         self.out_track = BackendAudioTrack(on_frame_out=self._metrics.audio_frames_out.inc)
         self.backend: BackendSession | None = None

@@ -109,6 +109,17 @@ class TcpConn:
         self.out = bytearray()
         self.handle: Any = None
 
+    def feed(self, data: bytes | bytearray | memoryview, now: int) -> list[bytes]:
+        """The frames ``data`` completes (relay.framing's errors pass through), remembering
+        since when the frame now incomplete has been so: a stream that keeps completing frames
+        is never stalled, however its reads split them."""
+        frames = self.decoder.feed(data)
+        if not self.decoder.buffered:
+            self.partial_since = None
+        elif frames or self.partial_since is None:
+            self.partial_since = now
+        return frames
+
 
 class TcpConnTable:
     """Connections by client key, with the bounds of the module docstring."""

@@ -181,15 +181,10 @@ class TcpFront:
             self._close(conn, "client_closed")
             return
         try:
-            frames = conn.decoder.feed(self._view[:n])
+            frames = conn.feed(self._view[:n], self.now)
         except FramingError as exc:
             self._close(conn, exc.reason)
             return
-        if conn.decoder.buffered:
-            if conn.partial_since is None:
-                conn.partial_since = self.now
-        else:
-            conn.partial_since = None
         for f in frames:
             self._from_client(conn, f)
             if conn.handle is None:

@@ -88,6 +88,21 @@ def test_the_tick_closes_pending_stalled_and_idle_connections():
     assert list(t.conns) == [4] and t.count_of_prefix(b"p") == 0
 
 
+def test_a_stream_that_keeps_completing_frames_is_not_stalled_however_reads_split_them():
+    t = TcpConnTable(limits(pending_timeout_s=2))
+    conn = t.open(1, b"p", 0)[0]
+    t.admit(conn, object(), b"h")
+    stream = frame(b"\x80" + bytes(99)) * 3
+    assert conn.feed(stream[:50], 0) == [] and conn.partial_since == 0
+    assert len(conn.feed(stream[50:150], 5)) == 1 and conn.partial_since == 5  # a new partial
+    assert t.due(6) == []
+    assert conn.feed(stream[150:160], 6) == [] and conn.partial_since == 5  # the same one
+    assert [r for _, r in t.due(7)] == ["stalled"]
+    whole = t.open(2, b"p", 0)[0]
+    whole.feed(stream, 9)
+    assert whole.partial_since is None
+
+
 def test_a_closed_connection_is_forgotten_at_once():
     t = TcpConnTable(limits())
     c = t.open(1, b"p", 0)[0]

@@ -83,6 +83,16 @@ def test_a_hinted_binding_request_over_tcp_reaches_the_transceiver_flagged_and_i
     client.close()
 
 
+def test_ipv6_clients_over_tcp_through_an_ipv4_internal_network(standin):
+    with RelayProcess({TID: standin.address}, workers=1, public_host="::1", tcp=True) as r:
+        client = connected(r)
+        assert standin.received[-1][:2] == client.address
+        assert standin.received_flags[-1] == encap.FLAG_TCP
+        client.send(b"\x80rtp over v6")
+        assert client.frames(1) == [b"T3:\x80rtp over v6"]
+        client.close()
+
+
 def test_media_before_the_transceiver_answered_is_not_forwarded(relay, standin):
     standin.reading = False  # the request gets no answer: the connection stays unconfirmed
     client = FramedClient(relay.tcp_address)

@@ -85,7 +85,8 @@ class FramedClient:
         from relay.framing import FrameDecoder, frame
 
         self._frame = frame
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
         if rcvbuf is not None:  # before connecting: the window it announces follows it
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(5)

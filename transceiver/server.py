@@ -20,7 +20,7 @@ from common.sockets import set_buffers
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
 from transceiver.config import TransceiverConfig
-from transceiver.demux import Demux
+from transceiver.demux import Addr, Demux, is_tcp
 from transceiver.ice import check_versions
 from transceiver.lifecycle import State
 from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
@@ -63,7 +63,7 @@ class TransceiverServer:
             backend=self.backend,
             metrics=self.metrics.for_sessions(),
             send=self.media.send,
-            on_selected=self.demux.select,
+            on_selected=self._selected,
             on_closed=self._forget,
         )
         self.headroom = Headroom(config.load_limits())
@@ -173,6 +173,14 @@ class TransceiverServer:
             await session.closed.wait()
             raise
         return session
+
+    def _selected(self, ufrag: str, client: Addr) -> bool:
+        """ICE proved a path to ``client``: media goes there (the demultiplexer), counted by
+        the client's transport."""
+        moved = self.demux.select(ufrag, client)
+        if moved:
+            self.metrics.paths_selected.labels("tcp" if is_tcp(client) else "udp").inc()
+        return moved
 
     def _forget(self, session: Session, reason: str) -> None:
         """Called once by a session's teardown (its on_closed): drop every entry it had."""

@@ -22,11 +22,13 @@ OVERSIZE = "oversize"
 
 
 class FramingError(ValueError):
-    """The stream broke the framing; ``reason`` names how (ZERO_LENGTH or OVERSIZE)."""
+    """The stream broke the framing; ``reason`` names how (ZERO_LENGTH or OVERSIZE), and
+    ``frames`` are those the same feed completed before the bad length, in order."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, frames: list[bytes] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.frames = frames or []
 
 
 def frame(payload: bytes | bytearray | memoryview) -> bytes:
@@ -54,7 +56,9 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """The frames ``data`` completes, in order; raises FramingError at the first bad length.
+        """The frames ``data`` completes, in order; raises FramingError at the first bad length
+        (with the frames before it: however a stream is split into feeds, the same frames come
+        out before the error).
 
         After an error the decoder's state is undefined: the connection is to be closed.
         """
@@ -69,9 +73,9 @@ class FrameDecoder:
         while end - at >= LENGTH_BYTES:
             n = (view[at] << 8) | view[at + 1]
             if n == 0:
-                raise FramingError(ZERO_LENGTH)
+                raise FramingError(ZERO_LENGTH, frames)
             if n > limit:
-                raise FramingError(OVERSIZE)
+                raise FramingError(OVERSIZE, frames)
             if end - at - LENGTH_BYTES < n:
                 break
             at += LENGTH_BYTES

@@ -110,7 +110,8 @@ class TcpConn:
         self.handle: Any = None
 
     def feed(self, data: bytes | bytearray | memoryview, now: int) -> list[bytes]:
-        """The frames ``data`` completes (relay.framing's errors pass through), remembering
+        """The frames ``data`` completes (relay.framing's errors pass through, with the frames
+        before the bad length), remembering
         since when the frame now incomplete has been so: a stream that keeps completing frames
         is never stalled, however its reads split them."""
         frames = self.decoder.feed(data)

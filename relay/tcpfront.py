@@ -183,6 +183,11 @@ class TcpFront:
         try:
             frames = conn.feed(self._view[:n], self.now)
         except FramingError as exc:
+            # The frames before the bad length go on, as they would have from an earlier read.
+            for f in exc.frames:
+                self._from_client(conn, f)
+                if conn.handle is None:
+                    return
             self._close(conn, exc.reason)
             return
         for f in frames:

@@ -25,6 +25,7 @@ def test_zero_length_and_oversize_are_framing_errors():
     with pytest.raises(FramingError) as exc:
         FrameDecoder(2047).feed(frame(b"ok") + b"\x00\x00")
     assert exc.value.reason == "zero_length"
+    assert exc.value.frames == [b"ok"], "the frames before the bad length, as if read earlier"
     d = FrameDecoder(2047)
     with pytest.raises(FramingError) as exc:
         d.feed(b"\x08\x00")  # 2048: refused at the length, before any payload is buffered

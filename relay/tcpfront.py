@@ -149,7 +149,8 @@ class TcpFront:
                 self._listener_paused = True
                 return
             self.ctr[C.TCP_ACCEPTED] += 1
-            key = self.keys.from_sockaddr(sockaddr_bytes(self.keys.family, addr[0], addr[1]))
+            host = addr[0].partition("%")[0]  # a link-local IPv6 source names its interface
+            key = self.keys.from_sockaddr(sockaddr_bytes(self.keys.family, host, addr[1]))
             if self.admission.denies(key):
                 _reset(sock)
                 self.ctr[C.TCP_CLOSED + CLOSE_INDEX["denied_address"]] += 1
@@ -161,13 +162,16 @@ class TcpFront:
                 _reset(sock)
                 self.ctr[C.TCP_CLOSED + CLOSE_INDEX[got]] += 1
                 continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
             got.handle = sock
             fd = sock.fileno()
             self._by_fd[fd] = got
-            self.epoll.register(fd, _IN)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+                self.epoll.register(fd, _IN)
+            except OSError:  # reset before we got to it
+                self._close(got, "error")
 
     def _read(self, conn: TcpConn) -> None:
         try:

@@ -93,13 +93,17 @@ def test_ipv6_clients_over_tcp_through_an_ipv4_internal_network(standin):
         client.close()
 
 
-def test_media_before_the_transceiver_answered_is_not_forwarded(relay, standin):
-    standin.reading = False  # the request gets no answer: the connection stays unconfirmed
-    client = FramedClient(relay.tcp_address)
-    client.send(hint_request(relay.keyring, relay.cluster, TID)[0])
-    client.send(b"\x80early media")
-    assert wait_for(lambda: tcp_drops(relay, "not_confirmed"), 1)
-    client.close()
+def test_media_before_the_transceiver_answered_is_not_forwarded():
+    # A transceiver that never answers (a socket nobody reads): the connection stays unconfirmed.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        with RelayProcess({TID: silent.getsockname()}, workers=1, tcp=True) as r:
+            client = FramedClient(r.tcp_address)
+            client.send(hint_request(r.keyring, r.cluster, TID)[0])
+            client.send(b"\x80early media")
+            assert wait_for(lambda: tcp_drops(r, "not_confirmed"), 1)
+            assert r.metric("rtcedge_relay_packets_total", transport="tcp") == 1  # the request
+            client.close()
 
 
 @pytest.mark.parametrize(

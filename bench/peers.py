@@ -119,10 +119,13 @@ class RelayProcess:
     # edges' networks this relay takes encapsulated datagrams from at ``peer_address``.
     routes: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
     peer_networks: tuple[str, ...] = ()
+    # ICE over TCP: also listen on a TCP port of the public host (``--listen-tcp``).
+    tcp: bool = False
 
     def __post_init__(self) -> None:
         self.public_host = self.public_host or self.host
         self.port = free_port(self.public_host)
+        self.tcp_port = free_port(self.public_host, socket.SOCK_STREAM) if self.tcp else 0
         self.peer_port = free_port(self.host) if self.peer_networks else 0
         self.internal_base = free_port_range(self.host, self.workers)
         self.metrics_port = free_port(self.host, socket.SOCK_STREAM)
@@ -131,6 +134,11 @@ class RelayProcess:
     @property
     def address(self) -> tuple[str, int]:
         return (self.public_host, self.port)  # type: ignore[return-value]
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        """Where clients connect for ICE over TCP; only with ``tcp``."""
+        return (self.public_host, self.tcp_port)  # type: ignore[return-value]
 
     def internal_address(self, worker: int) -> tuple[str, int]:
         return (self.host, self.internal_base + worker)
@@ -160,6 +168,8 @@ class RelayProcess:
         ]
         if self.keyring_path:
             args += ["--keyring", self.keyring_path]
+        if self.tcp:
+            args += ["--listen-tcp", format_host_port(str(self.public_host), self.tcp_port)]
         for network in self.allow_networks:
             args += ["--allow-network", network]
         for tid, (h, p) in sorted(self.transceivers.items()):
@@ -246,6 +256,7 @@ class StandInTransceiver:
         self.echo = echo
         self.reading = True
         self.received: list[tuple[str, int, bytes]] = []  # (client ip, client port, payload)
+        self.received_flags: list[int] = []  # the header's flags of each, e.g. encap.FLAG_TCP
         self.relay_addresses: set[tuple[str, int]] = set()
         self.relay_of_client: dict[tuple[str, int], tuple[str, int]] = {}  # the latest path
         self.stun_requests = 0
@@ -273,6 +284,7 @@ class StandInTransceiver:
             payload = data[off:]
             self.relay_addresses.add(relay[:2])
             self.relay_of_client[(hdr.client_ip, hdr.client_port)] = relay[:2]
+            self.received_flags.append(hdr.flags)
             self.received.append((hdr.client_ip, hdr.client_port, payload))
             if payload[:1] and payload[0] < 4:
                 try:
@@ -291,9 +303,10 @@ class StandInTransceiver:
                 self.sock.sendto(data[:off] + prefix + payload, relay)
 
     def send_to_client(
-        self, relay: tuple[str, int], client: tuple[str, int], payload: bytes
+        self, relay: tuple[str, int], client: tuple[str, int], payload: bytes, flags: int = 0
     ) -> None:
-        self.sock.sendto(encap.encapsulate(payload, client[0], client[1]), relay)
+        """``flags=encap.FLAG_TCP``: to a client's TCP connection at the relay."""
+        self.sock.sendto(encap.encapsulate(payload, client[0], client[1], flags=flags), relay)
 
     def close(self) -> None:
         self._stop.set()
@@ -322,6 +335,7 @@ class TransceiverProcess:
     extra_args: list[str] = field(default_factory=list)
     quiet: bool = True
     advertise: tuple[str, int] | None = None  # default: the relay's public address
+    advertise_tcp: tuple[str, int] | None = None  # default: the relay's TCP address, if any
     die_with_parent: bool = False  # as RelayProcess.die_with_parent
 
     def __post_init__(self) -> None:
@@ -349,6 +363,10 @@ class TransceiverProcess:
             "--http", format_host_port(self.host, self.http_port),
             "--metrics", format_host_port(self.host, self.metrics_port),
             "--log-level", "warning",
+            # A relay with ICE over TCP: answers name its TCP address too.
+            *(["--advertise-tcp",
+               format_host_port(*(self.advertise_tcp or self.relay.tcp_address))]
+              if self.relay.tcp else []),
             *self.extra_args,
         ]  # fmt: skip
 

@@ -13,7 +13,11 @@ never be taken for STUN, DTLS or SRTP. The hop limit bounds relay tiers (edge re
 
 Flags: ``FLAG_PROBE`` marks a liveness probe one relay sends another's peer ingress (a header
 with an all-zero client address, then a ``PROBE_NONCE_LEN``-byte nonce); the answer is the same
-bytes with ``FLAG_PROBE_REPLY`` instead (same size: no amplification). Media never sets a flag.
+bytes with ``FLAG_PROBE_REPLY`` instead (same size: no amplification). ``FLAG_TCP`` marks a
+datagram of a client that reached the relay over TCP (ICE-TCP, RFC 6544: the payload was one
+RFC 4571 frame); the client address is then that of its TCP connection, and a transceiver's
+reply keeps the flag so that the relay frames it back onto that connection. Media over UDP
+never sets a flag.
 
 The layout is defined once, as the offsets below; every reader and writer derives from them. The
 relay never calls a function of this module per packet: it writes a flow's header once with
@@ -33,6 +37,7 @@ __all__ = [
     "FLAGS_OFFSET",
     "FLAG_PROBE",
     "FLAG_PROBE_REPLY",
+    "FLAG_TCP",
     "HEADER_LEN",
     "HEADER_LEN_V4",
     "HEADER_LEN_V6",
@@ -60,6 +65,7 @@ VERSION = 1
 DEFAULT_HOP_LIMIT = 4
 FLAG_PROBE = 0x01
 FLAG_PROBE_REPLY = 0x02
+FLAG_TCP = 0x04
 PROBE_NONCE_LEN = 8
 
 # The layout: byte offset (and length) of each field; the family is 4 or 6, as in the header.
@@ -155,7 +161,7 @@ def decode_packed(buf: bytes | bytearray | memoryview) -> tuple[int, bytes, int,
     """(family, packed client IP, client port, hop limit, payload offset): per packet, so no
     ipaddress objects.
 
-    Flags are not returned: only relays probing each other set them, never on media.
+    Flags are not returned: read ``buf[FLAGS_OFFSET]`` where they matter (``FLAG_TCP``).
     """
     n = len(buf)
     if n < ADDRESS_OFFSET:

@@ -50,6 +50,7 @@ TARGETS: dict[str, Target] = {
     "hint": Target("fuzz.fuzz_hint", 256, "common.hint verifier, cache, sign/verify round trip"),
     "encap": Target("fuzz.fuzz_encap", 512, "common.encap decoders, encode/decode round trips"),
     "demux": Target("fuzz.fuzz_demux", 4096, "transceiver.demux.Demux as a plain object"),
+    "framing": Target("fuzz.fuzz_framing", 4096, "relay.framing RFC 4571 decoder, split reads"),
     "media_socket": Target(
         "fuzz.fuzz_media_socket", 4096, "transceiver.media.MediaSocket and its Classifier"
     ),

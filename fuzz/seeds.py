@@ -18,6 +18,7 @@ from common import encap, stun
 from common.hint import Keyring, sign_hint
 from fuzz import script, stunref
 from fuzz.fixtures import HINT_SECRETS, HINT_T0_S, STUN_KEY
+from relay.framing import frame
 from tests.support.rfc5769 import VECTORS
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -205,6 +206,20 @@ def _scripts() -> dict[str, bytes]:
     }
 
 
+def framing_seeds() -> dict[str, bytes]:
+    """Frame limit 2047 (byte 0: (2047 - 20) // 8), read sizes, then an ICE-TCP stream."""
+    head = bytes([(2047 - 20) // 8]) + bytes([0, 1, 2, 19, 99, 255, 7, 3])
+    check = stun.binding_request("hintufrag:cli", bytes(12), integrity_key=STUN_KEY)
+    media = frame(check) + frame(DTLS_CLIENT_HELLO) + frame(RTP) + frame(RTCP_SR)
+    return {
+        "ice-tcp-call": head + media,
+        "zero-length": head + frame(RTP) + b"\0\0" + frame(RTP),
+        "oversize": head + frame(check) + b"\x08\x00" + bytes(64),
+        "half-frame": head + frame(check) + frame(RTP)[:20],
+        "small-limit": bytes([0]) + head[1:] + frame(bytes(20)) + frame(bytes(21)),
+    }
+
+
 def write(target: str, seeds: dict[str, bytes]) -> None:
     directory = CORPUS / target
     directory.mkdir(parents=True, exist_ok=True)
@@ -220,6 +235,7 @@ def main() -> None:
     write("aioice", stun_seeds())
     write("hint", hint_seeds())
     write("encap", encap_seeds())
+    write("framing", framing_seeds())
     write("demux", script_seeds())
     write("media_socket", script_seeds())
 

@@ -18,7 +18,9 @@ least trusting first (docs/relay.md, "Packets"):
 10. the flow table's limits for new pending flows (relay.flows) -> ``pending_ufrag_limit``
 
 Steps 5-9 (``hint_target``) are shared with the peer ingress of a cluster relay
-(relay.peerflows): a datagram an edge relays without a flow is judged by the same rule.
+(relay.peerflows): a datagram an edge relays without a flow is judged by the same rule. The first
+frame of a TCP connection (ICE over TCP, relay.tcpfront) is judged by all of it, by an instance
+of its own: the same policy, budgets and routing, a flow table of its own.
 
 An accepted datagram has made (or kept) a pending flow and is forwarded to the returned target
 (a transceiver, or a route to another cluster's relays).

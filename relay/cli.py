@@ -25,8 +25,10 @@ from relay.config import (
 )
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
+from relay.tcpconns import TcpLimits
 
 _defaults = FlowLimits()
+_tcp_defaults = TcpLimits()
 
 EXAMPLES = """
 \b
@@ -46,6 +48,9 @@ Examples:
 \b
   # an edge relay (no transceivers): cluster 1's relays, the second as a backup
   relay serve --cluster 9 --route 1=10.1.0.5:3479,10.1.0.6:3479 ...
+\b
+  # also ICE over TCP (RFC 6544) for callers whose networks drop UDP
+  relay serve --listen 0.0.0.0:3478 --listen-tcp 0.0.0.0:443 ...
 \b
   # a cluster relay that also takes media from edges on 10.0.0.0/8
   relay serve --cluster 1 --peer-listen 10.1.0.5:3479 --peer-network 10.0.0.0/8 ...
@@ -370,6 +375,64 @@ def main() -> None:
     help="Seconds replies for a client go back through the edge it last came through; after "
     "that without a packet from that edge they go to the client directly.",
 )
+@env_option(
+    "--listen-tcp",
+    env="LISTEN_TCP",
+    default=None,
+    help="Public TCP HOST:PORT for ICE over TCP (RFC 6544, RFC 4571 framing), shared by all "
+    "workers (SO_REUSEPORT), of --listen's address family [default: off].",
+)
+@env_option(
+    "--tcp-max-connections",
+    env="TCP_MAX_CONNECTIONS",
+    type=int,
+    default=_tcp_defaults.max_connections,
+    show_default=True,
+    help="Per worker, TCP connections open at once; a full worker evicts its oldest pending "
+    "connection, or refuses the newcomer when none is pending.",
+)
+@env_option(
+    "--tcp-max-per-prefix",
+    env="TCP_MAX_PER_PREFIX",
+    type=int,
+    default=_tcp_defaults.max_per_prefix,
+    show_default=True,
+    help="Per worker, TCP connections of one source /24 (IPv4) or /64 (IPv6); at the cap the "
+    "prefix's oldest pending connection is evicted, or the newcomer refused.",
+)
+@env_option(
+    "--tcp-max-pending",
+    env="TCP_MAX_PENDING",
+    type=int,
+    default=_tcp_defaults.max_pending,
+    show_default=True,
+    help="Per worker, TCP connections without a valid first frame; beyond, the oldest is evicted.",
+)
+@env_option(
+    "--tcp-pending-timeout",
+    env="TCP_PENDING_TIMEOUT",
+    type=int,
+    default=_tcp_defaults.pending_timeout_s,
+    show_default=True,
+    help="Seconds a TCP connection may go without a valid first frame, or hold a half frame.",
+)
+@env_option(
+    "--tcp-max-frame",
+    env="TCP_MAX_FRAME",
+    type=int,
+    default=_tcp_defaults.max_frame_bytes,
+    show_default=True,
+    help="Largest RFC 4571 frame taken from a client; a longer one closes the connection.",
+)
+@env_option(
+    "--tcp-write-buffer",
+    env="TCP_WRITE_BUFFER",
+    type=int,
+    default=_tcp_defaults.max_write_bytes,
+    show_default=True,
+    help="Bytes queued toward a TCP client that does not read; beyond, the connection is "
+    "closed (a slow reader is dropped, not buffered).",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
@@ -407,6 +470,7 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
                 raise ConfigError("--route", f"cluster {cluster} given twice")
             routes[cluster] = addresses
     peer_listen = opts.get("peer_listen")
+    listen_tcp = opts.get("listen_tcp")
     metrics = str(opts["metrics"])
     ids = opts["transceiver_ids"]
     return RelayConfig(
@@ -455,4 +519,14 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         peer_listen=parse_host_port("--peer-listen", str(peer_listen)) if peer_listen else None,
         peer_networks=parse_networks("--peer-network", opts.get("peer_networks") or ()),
         peer_path_ttl_s=int(opts.get("peer_path_ttl", 10)),
+        listen_tcp=parse_host_port("--listen-tcp", str(listen_tcp)) if listen_tcp else None,
+        tcp_limits=TcpLimits(
+            max_connections=int(opts.get("tcp_max_connections", _tcp_defaults.max_connections)),
+            max_per_prefix=int(opts.get("tcp_max_per_prefix", _tcp_defaults.max_per_prefix)),
+            max_pending=int(opts.get("tcp_max_pending", _tcp_defaults.max_pending)),
+            pending_timeout_s=int(opts.get("tcp_pending_timeout", _tcp_defaults.pending_timeout_s)),
+            idle_timeout_s=int(opts["idle_ttl"]),
+            max_frame_bytes=int(opts.get("tcp_max_frame", _tcp_defaults.max_frame_bytes)),
+            max_write_bytes=int(opts.get("tcp_write_buffer", _tcp_defaults.max_write_bytes)),
+        ),
     ).validate()

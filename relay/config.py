@@ -15,6 +15,8 @@ from common.config import ConfigError, address_family, parse_host_port
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
+from relay.framing import MAX_RFC4571_FRAME
+from relay.tcpconns import TcpLimits
 
 
 def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
@@ -144,6 +146,10 @@ class RelayConfig:
     peer_networks: tuple[Network, ...] = ()
     # A peer flow sends replies back through its edge while the edge was heard this recently.
     peer_path_ttl_s: int = 10
+    # ICE over TCP (RFC 6544): the public TCP address shared by the workers (SO_REUSEPORT), or
+    # None; and its connections' bounds (relay.tcpconns).
+    listen_tcp: tuple[str, int] | None = None
+    tcp_limits: TcpLimits = field(default_factory=TcpLimits)
 
     @property
     def family(self) -> int:
@@ -179,6 +185,7 @@ class RelayConfig:
                 "without transceivers, a --route)",
             )
         self._validate_tiers()
+        self._validate_tcp()
         if self.transceiver_dns:
             if "{id}" not in self.transceiver_dns:
                 raise ConfigError("--transceiver-dns", "the template must contain {id}")
@@ -224,6 +231,32 @@ class RelayConfig:
                 "--idle-ttl", "must be at least 4 s (ICE consent checks come every ~5 s)"
             )
         return self
+
+    def _validate_tcp(self) -> None:
+        if self.listen_tcp is None:
+            return
+        if address_family("--listen-tcp", self.listen_tcp[0]) != self.family:
+            raise ConfigError(
+                "--listen-tcp",
+                "must be of --listen's address family: both carry the same clients' flows "
+                "(one encapsulation family per relay)",
+            )
+        lim = self.tcp_limits
+        for option, value in (
+            ("--tcp-max-connections", lim.max_connections),
+            ("--tcp-max-per-prefix", lim.max_per_prefix),
+            ("--tcp-max-pending", lim.max_pending),
+            ("--tcp-pending-timeout", lim.pending_timeout_s),
+            ("--tcp-write-buffer", lim.max_write_bytes),
+        ):
+            if value <= 0:
+                raise ConfigError(option, f"must be > 0, got {value}")
+        if not 20 <= lim.max_frame_bytes <= MAX_RFC4571_FRAME:
+            raise ConfigError(
+                "--tcp-max-frame",
+                f"must be 20..{MAX_RFC4571_FRAME} (a STUN header is 20 bytes, an RFC 4571 length "
+                f"field 16 bits), got {lim.max_frame_bytes}",
+            )
 
     def _validate_tiers(self) -> None:
         if self.cluster in self.routes:

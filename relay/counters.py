@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from relay.flows import EVICTIONS
+from relay.tcpconns import CLOSE_REASONS
 
 DIRECTIONS = ("client_to_transceiver", "transceiver_to_client")
 # The ``peer`` label of the packet and byte counters: whom a worker exchanged the packets with
@@ -96,7 +97,16 @@ PEER_FLOW_STATS = ("created", "expired", "evicted", "active_pending", "active_co
 ROUTE_FAILOVERS = PEER_FLOWS + len(PEER_FLOW_STATS)
 PEER_FLOWS_RESTORED = ROUTE_FAILOVERS + 1  # from the journal
 PEER_FLOWS_RESTORED_REDIS = PEER_FLOWS_RESTORED + 1
-SLOTS = PEER_FLOWS_RESTORED_REDIS + 1
+# ICE over TCP (--listen-tcp; relay.tcpfront): the same drop reasons and traffic counters as
+# UDP's, under transport="tcp", and the connections' own.
+TCP_PACKETS = PEER_FLOWS_RESTORED_REDIS + 1  # + direction index
+TCP_BYTES = TCP_PACKETS + 2  # + direction index
+TCP_DROPS = TCP_BYTES + 2  # + DROP_INDEX[reason]
+TCP_ACCEPTED = TCP_DROPS + len(DROP_REASONS)
+TCP_CLOSED = TCP_ACCEPTED + 1  # + index in relay.tcpconns.CLOSE_REASONS
+TCP_OPEN = TCP_CLOSED + len(CLOSE_REASONS)  # gauge: every connection
+TCP_PENDING = TCP_OPEN + 1  # gauge: connections without a valid first frame yet
+SLOTS = TCP_PENDING + 1
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -125,29 +135,50 @@ class RelayCollector:
     """prometheus_client collector that reads the shared counters at scrape time."""
 
     def __init__(
-        self, area: CounterArea, supervisor_state: object, peers: tuple[int, ...] = (0,)
+        self,
+        area: CounterArea,
+        supervisor_state: object,
+        peers: tuple[int, ...] = (0,),
+        tcp: bool = False,
     ) -> None:
         self.area = area
         self.state = supervisor_state
         self.peers = peers  # the peer indexes this relay's configuration can count
+        self.tcp = tcp  # --listen-tcp: the transport="tcp" samples and the connection metrics
 
     def collect(self) -> Iterator:
         area = self.area
         workers = [str(w) for w in range(area.workers)]
         packets = CounterMetricFamily(
             "rtcedge_relay_packets",
-            "Packets forwarded, by the internal peer: transceiver, edge, cluster_<id> (a route).",
-            labels=["worker", "direction", "peer"],
+            "Packets (over TCP: frames) forwarded, by the internal peer: transceiver, edge, "
+            "cluster_<id> (a route), and by the client's transport: udp, tcp.",
+            labels=["worker", "direction", "peer", "transport"],
         )
         octets = CounterMetricFamily(
             "rtcedge_relay_bytes",
-            "Payload bytes forwarded (encapsulation header excluded).",
-            labels=["worker", "direction", "peer"],
+            "Payload bytes forwarded (encapsulation header and framing excluded).",
+            labels=["worker", "direction", "peer", "transport"],
         )
         drops = CounterMetricFamily(
             "rtcedge_relay_dropped_packets",
-            "Packets dropped, by reason.",
+            "Packets (over TCP: frames) dropped, by reason and the client's transport.",
+            labels=["worker", "reason", "transport"],
+        )
+        accepted = CounterMetricFamily(
+            "rtcedge_relay_tcp_connections_accepted",
+            "TCP connections accepted at --listen-tcp (refused ones included).",
+            labels=["worker"],
+        )
+        closed = CounterMetricFamily(
+            "rtcedge_relay_tcp_connections_closed",
+            "TCP connections closed (or refused at accept), by reason.",
             labels=["worker", "reason"],
+        )
+        conns = GaugeMetricFamily(
+            "rtcedge_relay_tcp_connections",
+            "TCP connections open now: pending (no valid first frame yet) or admitted.",
+            labels=["worker", "state"],
         )
         created = CounterMetricFamily(
             "rtcedge_relay_flows_created", "Flows created.", labels=["worker", "table"]
@@ -188,10 +219,23 @@ class RelayCollector:
             for p in self.peers:
                 label = peer_label(p)
                 for d, direction in enumerate(DIRECTIONS):
-                    packets.add_metric([name, direction, label], b[PACKETS_OF[p] + d])
-                    octets.add_metric([name, direction, label], b[BYTES_OF[p] + d])
+                    packets.add_metric([name, direction, label, "udp"], b[PACKETS_OF[p] + d])
+                    octets.add_metric([name, direction, label, "udp"], b[BYTES_OF[p] + d])
             for r, reason in enumerate(DROP_REASONS):
-                drops.add_metric([name, reason], b[DROPS + r])
+                drops.add_metric([name, reason, "udp"], b[DROPS + r])
+            if self.tcp:
+                for d, direction in enumerate(DIRECTIONS):
+                    label = peer_label(PEER_TRANSCEIVER)
+                    packets.add_metric([name, direction, label, "tcp"], b[TCP_PACKETS + d])
+                    octets.add_metric([name, direction, label, "tcp"], b[TCP_BYTES + d])
+                for r, reason in enumerate(DROP_REASONS):
+                    drops.add_metric([name, reason, "tcp"], b[TCP_DROPS + r])
+                accepted.add_metric([name], b[TCP_ACCEPTED])
+                for r, reason in enumerate(CLOSE_REASONS):
+                    closed.add_metric([name, reason], b[TCP_CLOSED + r])
+                pending = b[TCP_PENDING]
+                conns.add_metric([name, "pending"], pending)
+                conns.add_metric([name, "admitted"], b[TCP_OPEN] - pending)
             created.add_metric([name, "pending"], b[FLOWS_CREATED_PENDING])
             created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
             created.add_metric([name, "peer"], b[PEER_FLOWS])
@@ -220,4 +264,6 @@ class RelayCollector:
             b.release()
         yield from (packets, octets, drops, created, expired, evicted, restored, redis_ops)
         yield from (active, batch, failovers)
+        if self.tcp:
+            yield from (accepted, closed, conns)
         yield from self.state.metrics()  # type: ignore[attr-defined]

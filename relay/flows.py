@@ -175,6 +175,13 @@ class FlowTable:
         self._link_pending(key, flow)
         self.created_pending += 1
 
+    def forget_pending(self, key: Hashable) -> None:
+        """Drop a client's pending flow, if any (a TCP connection that became the flow itself:
+        relay.tcpconns); the hint's spent budget stays spent."""
+        flow = self.pending.get(key)
+        if flow is not None:
+            self._drop_pending(key, flow)
+
     def count_pending_of_hint(self, ufrag: str) -> int:
         return len(self._pending_of_ufrag.get(ufrag, ()))
 

@@ -19,11 +19,15 @@ from relay.counters import CounterArea, RelayCollector
 
 
 def make_http_server(
-    address: tuple[str, int], counters: CounterArea, state: object, peers: tuple[int, ...] = (0,)
+    address: tuple[str, int],
+    counters: CounterArea,
+    state: object,
+    peers: tuple[int, ...] = (0,),
+    tcp: bool = False,
 ) -> ThreadingHTTPServer:
     """Bind (errors surface at start, before any worker exists); serve with ``serve_in_thread``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RelayCollector(counters, state, peers))
+    registry.register(RelayCollector(counters, state, peers, tcp))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

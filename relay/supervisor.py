@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import os
+import resource
 import select
 import signal
 import socket
@@ -45,6 +46,7 @@ _SUPERVISOR_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGC
 CRASH_LOOP_S = 1.0  # a worker that dies sooner than this after starting is crash-looping
 BACKOFF_FIRST_S = 0.05
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # linux/in.h; not exported by Python's socket module
+TCP_BACKLOG = 1024  # per worker; the kernel caps it at net.core.somaxconn
 
 
 @dataclass
@@ -171,6 +173,40 @@ def open_peer_sockets(config: RelayConfig) -> list[socket.socket | None]:
     return socks
 
 
+def open_tcp_listeners(config: RelayConfig) -> list[socket.socket | None]:
+    """Per worker, its listening socket of the --listen-tcp SO_REUSEPORT group (None without
+    one). Kept open by the supervisor like the UDP sockets: a replacement worker accepts the
+    connections that queued while its predecessor was gone (those it had accepted are lost)."""
+    if config.listen_tcp is None:
+        return [None] * config.workers
+    socks: list[socket.socket | None] = []
+    for _ in range(config.workers):
+        s = socket.socket(config.family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if config.family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s.setblocking(False)
+        try:
+            s.bind(config.listen_tcp)
+            s.listen(TCP_BACKLOG)
+        except OSError as exc:
+            raise ConfigError(
+                "--listen-tcp", f"cannot listen on {config.listen_tcp}: {exc.strerror}"
+            ) from None
+        socks.append(s)
+    return socks
+
+
+def _raise_open_files_limit() -> None:
+    """TCP connections are descriptors (--tcp-max-connections per worker): raise the soft limit
+    on open files to the hard one, which containers often leave at 1024 against a hard 1M."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def open_sockets(config: RelayConfig) -> list[tuple[socket.socket, socket.socket]]:
     """One (public, internal) pair per worker; errors name the option that caused them."""
     pairs = []
@@ -209,6 +245,9 @@ class Supervisor:
         self.claim = claim_port(config)  # before binding: refuse a foreign relay's port
         self.sockets = open_sockets(config)
         self.peer_sockets = open_peer_sockets(config)
+        self.tcp_listeners = open_tcp_listeners(config)
+        if config.listen_tcp is not None:
+            _raise_open_files_limit()
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
         # A cluster relay's peer flows (relay.peerflows), with the edge's sockaddr in each record.
@@ -237,7 +276,11 @@ class Supervisor:
 
             try:
                 self.http = make_http_server(
-                    config.metrics, self.counters, self.state, counted_peers(config)
+                    config.metrics,
+                    self.counters,
+                    self.state,
+                    counted_peers(config),
+                    tcp=config.listen_tcp is not None,
                 )
             except OSError as exc:
                 raise ConfigError(
@@ -257,6 +300,9 @@ class Supervisor:
         peer = self.peer_sockets[0]
         if peer is not None:
             addresses["peer"] = peer.getsockname()[:2]
+        tcp = self.tcp_listeners[0]
+        if tcp is not None:
+            addresses["tcp"] = tcp.getsockname()[:2]
         return addresses
 
     def _publish(self, routing: RoutingConfig) -> None:
@@ -304,6 +350,9 @@ class Supervisor:
                 peer = self.peer_sockets[i]
                 if peer is not None:
                     peer.close()
+                tcp = self.tcp_listeners[i]
+                if tcp is not None:
+                    tcp.close()
         if self.http is not None:
             self.http.socket.close()  # the supervisor's; a worker serves no HTTP
         if self.claim is not None:
@@ -319,6 +368,7 @@ class Supervisor:
             self.control,
             peer=self.peer_sockets[slot.index],
             peer_journal=self.peer_journals[slot.index],
+            tcp_listener=self.tcp_listeners[slot.index],
         )
         gc.freeze()
         worker.run()
@@ -415,6 +465,8 @@ class Supervisor:
             self.config.workers,
             self.addresses["internal"],
         )
+        if "tcp" in self.addresses:
+            log.info("relay accepting ICE over TCP on %s", self.addresses["tcp"])
         if callable(on_ready):
             on_ready(self)
         try:

@@ -16,6 +16,10 @@ reads a third socket, ``_from_peers``: encapsulated datagrams from edge relays, 
 against relay.peerflows; replies for their clients leave through the edge they came from. While
 no peer flow exists, the two batch paths above run as before (one truthiness check per batch).
 
+ICE over TCP (--listen-tcp): relay.tcpfront serves the worker's TCP connections in the same
+loop (one more turn per round, only when configured); a transceiver's datagram flagged
+``FLAG_TCP`` always takes the per-packet path, which hands it to relay.tcpfront.
+
 This class is the I/O: sockets, batches, signals, the event loop. The two ``_from_*`` methods
 are the hot path and are written for speed: locals instead of attributes, word views instead of
 ctypes fields, no allocation but the dict key, no clock. What changes the flow and routing
@@ -41,6 +45,7 @@ from common import encap
 from common.encap import (
     FLAG_PROBE,
     FLAG_PROBE_REPLY,
+    FLAG_TCP,
     FLAGS_OFFSET,
     HOP_LIMIT_OFFSET,
     MAGIC_OFFSET,
@@ -70,6 +75,7 @@ from relay.peerflows import PeerFlow, PeerFlowTable
 from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import RouteTarget, Routing, Target
+from relay.tcpfront import TcpFront
 
 SLOT_SIZE = 2048  # larger than any datagram a WebRTC peer sends; a full slot means truncation
 _DROP = {reason: C.DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
@@ -94,6 +100,7 @@ class Worker:
         control: ControlBlock,
         peer: socket.socket | None = None,
         peer_journal: FlowJournal | None = None,
+        tcp_listener: socket.socket | None = None,
     ) -> None:
         self.index = index
         self.config = config
@@ -151,12 +158,30 @@ class Worker:
             (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")),
             config.peer_networks,
         )
+        # ICE over TCP (--listen-tcp): relay.tcpfront, admitted by the same rule with its own
+        # flow table (the per-hint budgets); None without a TCP listener.
+        self.tcp: TcpFront | None = None
+        if tcp_listener is not None:
+            tcp_limits = config.tcp_limits
+            tcp_admission = Admission(
+                config.cluster,
+                self.keys,
+                self.admission.policy,
+                self.admission.first_packets,
+                FlowTable(config.limits),
+                self.routing,
+                tcp_limits.max_frame_bytes + 1,
+            )
+            self.tcp = TcpFront(
+                tcp_limits, tcp_listener, internal, self.keys, tcp_admission, self.routing, counters
+            )
         self.rx_pub = RecvBatch(fam, batch, SLOT_SIZE)
         self.rx_int = RecvBatch(config.internal_family, batch, SLOT_SIZE)
         self.tx_int = SendBatch(config.internal_family, batch, iovs=2)
         self.tx_pub = SendBatch(fam, batch, iovs=1)
         self.header_len = self.headers.header_len
         self.header_verfam = encap.VERSION_FAMILY[self.keys.ip_version]
+        self._no_flags_run = bytes(batch)
         self._prepare_batch_views(batch)
         self.public_fd = public.fileno()
         self.internal_fd = internal.fileno()
@@ -211,6 +236,8 @@ class Worker:
         self.now = now
         self.wall = time.time()
         self.housekeeping.tick(now)
+        if self.tcp is not None:
+            self.tcp.tick(now)
 
     # -- admission (relay.admission) -------------------------------------------------------------
     def _admit(self, key: Hashable, start: int, length: int, entry: int) -> bytes | None:
@@ -364,6 +391,7 @@ class Worker:
             or max(lens) >= SLOT_SIZE
             or data[MAGIC_OFFSET : n * SLOT_SIZE : SLOT_SIZE] != self._magic_run[:n]
             or data[VERSION_FAMILY_OFFSET : n * SLOT_SIZE : SLOT_SIZE] != self._verfam_run[:n]
+            or data[FLAGS_OFFSET : n * SLOT_SIZE : SLOT_SIZE] != self._no_flags_run[:n]
         ):
             k, nbytes = self._transceivers_one_by_one(n, targets, lens)
             compacted = True
@@ -441,8 +469,17 @@ class Worker:
             if bad is not None:
                 ctr[bad] += 1
                 continue
-            if data[base + FLAGS_OFFSET]:
-                if target.health is not None and length == hl + PROBE_NONCE_LEN:
+            flags = data[base + FLAGS_OFFSET]
+            if flags:
+                if flags == FLAG_TCP and self.tcp is not None:
+                    d = k * stride  # a scratch destination: nothing is sent from it
+                    at = base + port_at
+                    snames[d + port_to : d + port_to + port_len] = data[at : at + port_len]
+                    at = base + addr_at
+                    snames[d + addr_to : d + addr_to + addr_len] = data[at : at + addr_len]
+                    key = from_sockaddr(bytes(snames[d : d + stride]))
+                    self.tcp.to_client(key, target, data[base + hl : base + length])
+                elif target.health is not None and length == hl + PROBE_NONCE_LEN:
                     self._probe_answered(target, bytes(data[base + hl : base + length]))
                 else:
                     ctr[_DROP["encap_malformed"]] += 1
@@ -631,6 +668,10 @@ class Worker:
         if route.health.answered(nonce) and route.follow_health():
             self.ctr[C.ROUTE_FAILOVERS] += 1
 
+    def _from_tcp(self) -> int:
+        """ICE over TCP (relay.tcpfront): what its connections have ready, never waiting."""
+        return self.tcp.serve(self.now, self.wall)  # type: ignore[union-attr]
+
     # -- event loop ------------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
         self._stop = True
@@ -654,6 +695,8 @@ class Worker:
         fds = [self.public_fd, self.internal_fd, wake_r]
         if self.peer is not None:
             fds.append(self.peer_fd)
+        if self.tcp is not None:
+            fds.append(self.tcp.fileno())
         for fd in fds:
             poller.register(fd, select.POLLIN)
         next_tick = time.monotonic() + 1.0
@@ -662,13 +705,14 @@ class Worker:
         next_probe = time.monotonic()
         sleep_ms = int(1000 * min(1.0, probe_every)) if probing else 1000
         from_peers = self._from_peers if self.peer is not None else _nothing
+        from_tcp = self._from_tcp if self.tcp is not None else _nothing
         housekeeping.serve()
         while not self._stop:
             # Drain the sockets in turns, so one direction cannot starve another; sleep only
             # when a round found nothing.
             if cache is not None and cache.results:
                 housekeeping.restore_from_cache(self.now)
-            if not self._from_clients() + self._from_transceivers() + from_peers():
+            if not self._from_clients() + self._from_transceivers() + from_peers() + from_tcp():
                 for fd, _ in poller.poll(sleep_ms):
                     if fd == wake_r:
                         _drain(wake_r)

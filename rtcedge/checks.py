@@ -27,6 +27,7 @@ from transceiver.tokens import read_secrets_file
 # A service's option -> the ``up`` option its value comes from.
 UP_OPTION = {
     "--listen": "--relay",
+    "--listen-tcp": "--relay-tcp",
     "--internal": "--relay",
     "--advertise": "--advertise",
     "--relay-network": "--relay",
@@ -130,6 +131,7 @@ class UpAddresses:
     advertised: str  # the relay address the answers carry: never a wildcard
     advertised_why: str  # how ``advertised`` was chosen, for the ready line
     internal_host: str  # the relay's internal sockets, towards the transceiver
+    relay_tcp: tuple[str, int] | None = None  # the relay's ICE-TCP listener (--relay-tcp)
 
     def check_ports_free(self) -> None:
         """ConfigError naming ``--http`` or ``--relay`` when its port is taken, before anything
@@ -137,6 +139,8 @@ class UpAddresses:
         would refuse a port another relay holds too, but naming its own options)."""
         check_port_free("--http", self.http)
         check_relay_port_free(self.relay)
+        if self.relay_tcp is not None:
+            check_port_free("--relay-tcp", self.relay_tcp)
 
 
 def check_relay_port_free(address: tuple[str, int]) -> None:
@@ -172,6 +176,7 @@ def check_up_options(
     backend_url: str | None,
     token_secret_file: str | None,
     advertise: str | None = None,
+    relay_tcp: int | None = None,
 ) -> UpAddresses:
     """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
     first value either service would refuse."""
@@ -181,6 +186,11 @@ def check_up_options(
         if relay_address[1] == 0:  # the answers tell browsers this port
             raise ConfigError("--relay", "needs a real port, not 0")
         advertised, why = advertised_host(relay_address[0], advertise)
+        tcp_address = None
+        if relay_tcp is not None:
+            if not 0 < relay_tcp <= 65535:
+                raise ConfigError("--relay-tcp", "needs a real port, 1..65535")
+            tcp_address = (relay_address[0], relay_tcp)
         # Unchanged for a relay on one address; off a wildcard, towards the transceiver's host.
         internal = relay_address[0]
         if is_wildcard(internal):
@@ -197,6 +207,7 @@ def check_up_options(
             keyring_json="-",
             transceivers={0: (http_address[0], 1)},
             metrics=None,
+            listen_tcp=tcp_address,
         ).validate()
         TransceiverConfig(
             transceiver_id=0,
@@ -213,4 +224,4 @@ def check_up_options(
     except ConfigError as exc:
         message = str(exc).removeprefix(f"{exc.option}: ")
         raise ConfigError(UP_OPTION.get(exc.option, exc.option), message) from None
-    return UpAddresses(http_address, relay_address, advertised, why, internal)
+    return UpAddresses(http_address, relay_address, advertised, why, internal, tcp_address)

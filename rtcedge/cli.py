@@ -83,6 +83,15 @@ def from_checkout(command: str) -> Iterator[None]:
     "(0.0.0.0, ::); default: --relay's address, or for a wildcard the address of the interface "
     "with the default route (loopback without one).",
 )
+@click.option(
+    "--relay-tcp",
+    "relay_tcp",
+    type=int,
+    default=None,
+    metavar="PORT",
+    help="Also ICE over TCP (RFC 6544) on this TCP port of --relay's host, for callers whose "
+    "network drops UDP; answers then name it as a passive TCP candidate [default: off].",
+)
 @click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
 @click.option(
     "--backend",
@@ -102,6 +111,7 @@ def up(
     http: str,
     relay_addr: str,
     advertise: str | None,
+    relay_tcp: int | None,
     workers: int,
     backend: str,
     backend_url: str | None,
@@ -112,7 +122,7 @@ def up(
 
     try:
         addresses = check_up_options(
-            http, relay_addr, workers, backend, backend_url, token_secret_file, advertise
+            http, relay_addr, workers, backend, backend_url, token_secret_file, advertise, relay_tcp
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None

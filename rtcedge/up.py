@@ -50,8 +50,11 @@ def run_local(
         quiet=False,
         allow_networks=(*LOOPBACK_NETWORKS, *PRIVATE_NETWORKS, advertised_network),
         die_with_parent=True,  # started from this (main) thread, which lives as long as `up`
+        tcp=addresses.relay_tcp is not None,
     )
     relay.port = relay_port
+    if addresses.relay_tcp is not None:
+        relay.tcp_port = addresses.relay_tcp[1]
     # Only the relay's internal sockets may send encapsulated datagrams.
     extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay.host]
     if backend_url:
@@ -64,6 +67,7 @@ def run_local(
         extra_args=extra,
         quiet=False,
         advertise=(addresses.advertised, relay_port),
+        advertise_tcp=(addresses.advertised, relay.tcp_port) if relay.tcp else None,
         die_with_parent=True,
     )
     trx.http_port = http_port
@@ -83,7 +87,9 @@ def run_local(
             url = f"http://{format_host_port(addresses.advertised, http_port)}"
         click.echo(
             f"rtcedge up: ready - open {url}/ and press Talk "
-            f"(relay udp {format_host_port(*addresses.relay)}{advertised}, transceiver media udp "
+            f"(relay udp {format_host_port(*addresses.relay)}{advertised}"
+            + (f", tcp {format_host_port(*addresses.relay_tcp)}" if addresses.relay_tcp else "")
+            + ", transceiver media udp "
             f"{format_host_port(*trx.media_address)}); Ctrl-C stops",
         )
         sys.stdout.flush()

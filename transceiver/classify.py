@@ -6,8 +6,9 @@ clock, no counter. ``transceiver.media.MediaSocket`` receives, asks, counts and 
 order, as the code runs it:
 
 1. unwrap: a datagram whose first byte is 0xFF was encapsulated by a relay (``common.encap``):
-   the client is the address in its header (``encap_malformed`` if it does not decode), the
-   relay is its source; any other datagram came straight from its source, the client;
+   the client is the address in its header (``encap_malformed`` if it does not decode), marked
+   as a TCP client (``demux.over_tcp``) when the header has ``FLAG_TCP``, the relay is its
+   source; any other datagram came straight from its source, the client;
 2. who may send: with relay networks configured (``--relay-network``) only those may
    encapsulate, and nobody may talk to the socket directly (``relay_not_allowed``,
    ``direct_not_allowed``); a datagram with nothing after its header is dropped (``empty``);
@@ -35,7 +36,7 @@ from aioice import stun as aioice_stun
 
 from common import encap, stun
 from transceiver.demux import DROP_REASONS as DEMUX_DROP_REASONS
-from transceiver.demux import Addr, Demux
+from transceiver.demux import Addr, Demux, over_tcp
 
 S = TypeVar("S")
 MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered
@@ -91,6 +92,8 @@ class Classifier(Generic[S]):
                 return Dropped(ENCAP_MALFORMED)
             fam = socket.AF_INET if family == 4 else socket.AF_INET6
             client = (socket.inet_ntop(fam, packed), port)
+            if data[encap.FLAGS_OFFSET] & encap.FLAG_TCP:
+                client = over_tcp(client)
             relay = (source[0], source[1])
             if self._relay_networks and not self._is_relay(source[0]):
                 return Dropped(RELAY_NOT_ALLOWED)

@@ -91,6 +91,14 @@ def main() -> None:
     "last and lowest-priority one of a region's answers).",
 )
 @env_option(
+    "--advertise-tcp",
+    env="ADVERTISE_TCP",
+    default=None,
+    help="The relay's public TCP HOST:PORT (its --listen-tcp): every answer also names a "
+    "passive ICE-TCP candidate there (RFC 6544), below every UDP one, for callers whose "
+    "networks drop UDP [default: none].",
+)
+@env_option(
     "--http",
     env="HTTP",
     default="127.0.0.1:8080",
@@ -358,6 +366,11 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         cluster=opts["cluster"],
         media=parse_host_port("--media", opts["media"]),
         advertise=parse_host_port("--advertise", opts["advertise"]),
+        advertise_tcp=(
+            parse_host_port("--advertise-tcp", opts["advertise_tcp"])
+            if opts.get("advertise_tcp")
+            else None
+        ),
         http=parse_host_port("--http", opts["http"]),
         keyring_path=opts["keyring"],
         keyring_json=opts["keyring_json"],

@@ -23,6 +23,7 @@ class TransceiverConfig:
     media: tuple[str, int]  # the one UDP socket of this process
     advertise: tuple[str, int]  # the relay's public address, the only candidate in answers
     http: tuple[str, int]
+    advertise_tcp: tuple[str, int] | None = None  # the relay's ICE-TCP address, if it has one
     keyring_path: str | None = None
     keyring_json: str | None = None
     backend: str = "echo"
@@ -66,6 +67,10 @@ class TransceiverConfig:
         address_family("--advertise", self.advertise[0])
         if self.advertise[1] == 0:
             raise ConfigError("--advertise", "needs the relay's real port, not 0")
+        if self.advertise_tcp is not None:
+            address_family("--advertise-tcp", self.advertise_tcp[0])
+            if self.advertise_tcp[1] == 0:
+                raise ConfigError("--advertise-tcp", "needs the relay's real port, not 0")
         if bool(self.keyring_path) == bool(self.keyring_json):
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
         if self.backend not in ("echo", "websocket"):

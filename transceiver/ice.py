@@ -9,6 +9,11 @@ each session gets a ``SharedSocketConnection``:
   shared socket, so aioice's own ``StunProtocol`` still parses, answers and retransmits STUN,
   and a check arriving through any of those relays reaches the one agent of the session (the
   client is learned from the relay that forwarded it, whatever address it sent to);
+- with a relay TCP address (``advertised_tcp``), also a passive ICE-TCP candidate there
+  (RFC 6544), priced below every UDP one, behind a second virtual transport: aioice has no
+  ICE-TCP, but it pairs checks by the protocol they arrived on, so a check the relay brought over
+  TCP (``demux.is_tcp`` client) fed to that protocol becomes its own candidate pair, whose
+  replies, DTLS and SRTP go back marked for TCP; aioice itself only ever sees plain addresses;
 - its ufrag is the session's signed routing hint and its password is random;
 - it is the controlled agent (full ICE: aioice cannot do ice-lite) and ignores every candidate the
   client offers: the client is learned as peer-reflexive from its first authenticated check
@@ -32,7 +37,13 @@ import aiortc
 from aioice.candidate import Candidate, candidate_foundation, candidate_priority
 from aioice.ice import CandidatePair, StunProtocol
 
+from transceiver.demux import is_tcp, over_tcp
+
 Addr = tuple[str, int]
+# RFC 6544 section 4.2: local preference = 2^13 * direction-pref + other-pref, a passive host
+# candidate's direction-pref being 4; below the UDP candidates' 65535 - index, so that UDP wins
+# whenever it works.
+TCP_PASSIVE_LOCAL_PREF = (1 << 13) * 4 + 8191
 
 # Versions whose private attributes ``install`` and ``SharedSocketConnection`` rely on.
 VERIFIED_AIORTC = ((1, 9), (1, 16))
@@ -160,12 +171,16 @@ class SharedSocketConnection(PromptConnection):
         advertised: Sequence[Addr],
         send: Callable[[bytes, Addr | None], None],
         on_selected: Callable[[Addr], None] = lambda addr: None,
+        advertised_tcp: Addr | None = None,
     ):
-        """``advertised``: the relay addresses the answer names, most preferred first."""
+        """``advertised``: the relay addresses the answer names, most preferred first;
+        ``advertised_tcp``: the relay's ICE-TCP address, or None."""
         super().__init__(ice_controlling=False, local_username=ufrag, local_password=password)
         if not advertised:
             raise ValueError("at least one advertised address")
         self._advertised = tuple(advertised)
+        self._advertised_tcp = advertised_tcp
+        self.tcp_protocol: StunProtocol | None = None
         self._send_datagram = send
         self._on_selected = on_selected
         self._selected: Addr | None = None
@@ -212,7 +227,40 @@ class SharedSocketConnection(PromptConnection):
         protocol.local_candidate = candidates[0]
         self._protocols.append(protocol)
         self.protocol = protocol
+        if self._advertised_tcp is not None:
+            candidates.append(self._tcp_candidate(component, self._advertised_tcp))
         return candidates
+
+    def _tcp_candidate(self, component: int, addr: Addr) -> Candidate:
+        """The passive ICE-TCP candidate at the relay's TCP address and its own protocol, whose
+        writes are marked for TCP (``demux.over_tcp``)."""
+        send = self._send_datagram
+        protocol = StunProtocol(self)
+        transport = VirtualTransport(
+            lambda data, to: send(data, over_tcp(to) if to is not None else None), addr
+        )
+        transport._protocol = protocol
+        protocol.connection_made(transport)
+        host, port = addr
+        protocol.local_candidate = Candidate(
+            foundation=candidate_foundation("host", "tcp", f"{host}|{port}"),
+            component=component,
+            transport="tcp",
+            priority=candidate_priority(component, "host", local_pref=TCP_PASSIVE_LOCAL_PREF),
+            host=host,
+            port=port,
+            type="host",
+            tcptype="passive",
+        )
+        self._protocols.append(protocol)
+        self.tcp_protocol = protocol
+        return protocol.local_candidate
+
+    def _client_of(self, pair: CandidatePair) -> Addr:
+        """The client as the demultiplexer names it: marked when the pair is over TCP."""
+        if pair.protocol is self.tcp_protocol:
+            return over_tcp(pair.remote_addr)
+        return pair.remote_addr
 
     def get_default_candidate(self, component: int) -> Candidate | None:
         """The most preferred candidate (aioice's own picks the lowest priority)."""
@@ -236,7 +284,7 @@ class SharedSocketConnection(PromptConnection):
             current is not None
             and pair is not current
             and pair.state == CandidatePair.State.SUCCEEDED
-            and pair.remote_addr != current.remote_addr
+            and self._client_of(pair) != self._client_of(current)
         ):
             pair.nominated = True
             self._nominated[pair.component] = pair
@@ -244,20 +292,26 @@ class SharedSocketConnection(PromptConnection):
             current.remote_nominated = False
             current.state = CandidatePair.State.FROZEN
         selected = self._nominated.get(1)
-        if selected is not None and selected.remote_addr != self._selected:
-            self._selected = selected.remote_addr
-            self._on_selected(selected.remote_addr)
+        if selected is not None and self._client_of(selected) != self._selected:
+            self._selected = self._client_of(selected)
+            self._on_selected(self._selected)
 
     def forget_address(self, addr: Addr) -> None:
         """Drop the client candidate at ``addr`` and its pairs (the demultiplexer forgot the
         address): aioice's lists then stay as small as the demultiplexer's table."""
         if self._selected == addr:
             return
-        for pair in [p for p in self._check_list if p.remote_addr == addr]:
+        for pair in [p for p in self._check_list if self._client_of(p) == addr]:
             if pair.task is not None:
                 pair.task.cancel()
             self._check_list.remove(pair)
-        self._remote_candidates = [c for c in self._remote_candidates if (c.host, c.port) != addr]
+        # A candidate is per (IP, port), whatever the transport: kept while a pair uses it.
+        used = {(p.remote_candidate.host, p.remote_candidate.port) for p in self._check_list}
+        self._remote_candidates = [
+            c
+            for c in self._remote_candidates
+            if (c.host, c.port) != addr[:2] or (c.host, c.port) in used
+        ]
 
     async def add_remote_candidate(self, remote_candidate: Candidate | None) -> None:
         """Ignore the client's candidates, end-of-candidates included.
@@ -267,11 +321,18 @@ class SharedSocketConnection(PromptConnection):
         """
 
     def datagram_received(self, data: bytes, addr: Addr) -> None:
-        """Feed one datagram of this session (already demultiplexed and, if STUN, parsed)."""
+        """Feed one datagram of this session (already demultiplexed and, if STUN, parsed).
+
+        STUN from a TCP client goes to the TCP candidate's protocol (none: the answer named no
+        TCP candidate, so it is ignored), as the plain address aioice knows. Once the call's
+        SRTP is up, RTP goes to ``rtp_sink`` directly (``transceiver.inbound.direct_rtp``)."""
         first = data[0]
         if first < 4:
-            if self.protocol is not None:
-                self.protocol.datagram_received(data, addr)
+            protocol = self.protocol
+            if is_tcp(addr):
+                protocol, addr = self.tcp_protocol, addr[:2]
+            if protocol is not None:
+                protocol.datagram_received(data, addr)
         elif not (127 < first < 192 and self.rtp_sink is not None and self.rtp_sink(data)):
             self.data_received(data, 1)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from common import encap, stun
 from transceiver.classify import Classifier, Dropped
-from transceiver.demux import Demux
+from transceiver.demux import Demux, is_tcp
 from transceiver.metrics import TransceiverMetrics
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -94,11 +94,13 @@ class MediaSocket(asyncio.DatagramProtocol):
             return
         self._sent.inc()
         if path.relay is None:
-            self.transport.sendto(data, path.client)
+            self.transport.sendto(data, path.client[:2])
             return
         header = self._headers.get(path.client)
         if header is None:
-            header = encap.encode_header(path.client[0], path.client[1])
+            # A TCP client's datagrams keep FLAG_TCP: the relay frames them onto its connection.
+            flags = encap.FLAG_TCP if is_tcp(path.client) else 0
+            header = encap.encode_header(path.client[0], path.client[1], flags=flags)
             if len(self._headers) > MAX_HEADERS:
                 self._headers.clear()
             self._headers[path.client] = header

@@ -70,6 +70,16 @@ class TransceiverMetrics:
             ["region"],
             registry=r,
         )
+        self.paths_selected = Counter(
+            "rtcedge_transceiver_paths_selected",
+            "Client addresses ICE moved a session's media to (its first, and one more per NAT"
+            " rebinding), by the transport the client reached the relay with: udp, or tcp"
+            " (ICE-TCP, when UDP is blocked).",
+            ["transport"],
+            registry=r,
+        )
+        for transport in ("udp", "tcp"):  # both show, at 0 until their first
+            self.paths_selected.labels(transport)
         self.sessions_ended = Counter(
             "rtcedge_transceiver_sessions_ended",
             "Sessions ended, by reason.",

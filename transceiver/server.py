@@ -23,7 +23,7 @@ from transceiver.backend import Backend
 from transceiver.backends import create_backend
 from transceiver.certificate import CertificateHolder
 from transceiver.config import TransceiverConfig
-from transceiver.demux import Demux
+from transceiver.demux import Addr, Demux, is_tcp
 from transceiver.ice import check_versions
 from transceiver.lifecycle import State
 from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
@@ -72,11 +72,12 @@ class TransceiverServer:
         self._session_context = SessionContext(
             transceiver_id=config.transceiver_id,
             advertise=config.advertise,
+            advertise_tcp=config.advertise_tcp,
             limits=config.lifecycle_limits(),
             backend=self.backend,
             metrics=self.metrics.for_sessions(),
             send=self.media.send,
-            on_selected=self.demux.select,
+            on_selected=self._selected,
             on_closed=self._forget,
             audio_clock=AudioClock(),
             certificate=lambda: self.certificates.current(time.monotonic()),
@@ -194,6 +195,14 @@ class TransceiverServer:
             await session.closed.wait()
             raise
         return session
+
+    def _selected(self, ufrag: str, client: Addr) -> bool:
+        """ICE proved a path to ``client``: media goes there (the demultiplexer), counted by
+        the client's transport."""
+        moved = self.demux.select(ufrag, client)
+        if moved:
+            self.metrics.paths_selected.labels("tcp" if is_tcp(client) else "udp").inc()
+        return moved
 
     def _forget(self, session: Session, reason: str) -> None:
         """Called once by a session's teardown (its on_closed): drop every entry it had."""

@@ -56,6 +56,7 @@ class SessionContext:
     # The process's DTLS certificate for a new session (transceiver.certificate); None: aiortc
     # makes one per session.
     certificate: Callable[[], RTCCertificate] | None = None
+    advertise_tcp: Addr | None = None  # the relay's ICE-TCP address: a passive TCP candidate
 
 
 class Session:
@@ -88,6 +89,7 @@ class Session:
             tuple(advertised) or (context.advertise,),
             send=lambda data, to: context.send(ufrag, data, to),
             on_selected=lambda client: context.on_selected(ufrag, client),
+            advertised_tcp=context.advertise_tcp,
         )
         self.out_track = BackendAudioTrack(on_frame_out=self._audio_sent)
         self.backend: BackendSession | None = None

@@ -35,7 +35,9 @@ def promtool() -> str:
 
 @pytest.fixture(scope="module")
 def stack():
-    relay = RelayProcess({}, workers=2, pin=False)
+    # With ICE over TCP: its series are checked too, and the answer's passive TCP candidate
+    # must not disturb an aiortc client (which has no ICE-TCP: it pairs only UDP).
+    relay = RelayProcess({}, workers=2, pin=False, tcp=True)
     trx = TransceiverProcess(relay)
     relay.transceivers = {0: trx.media_address}  # the allowlist, once the media port is known
     with relay, trx:

@@ -76,3 +76,63 @@ class SpoofingSender:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class FramedClient:
+    """An ICE-TCP client's side of a relay connection: RFC 4571 frames over a real socket."""
+
+    def __init__(self, address: tuple[str, int], rcvbuf: int | None = None) -> None:
+        from relay.framing import FrameDecoder, frame
+
+        self._frame = frame
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        if rcvbuf is not None:  # before connecting: the window it announces follows it
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(address)
+        self.decoder = FrameDecoder(0xFFFF)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.sock.getsockname()[:2]
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(self._frame(payload))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def frames(self, want: int, timeout_s: float = 5.0) -> list[bytes]:
+        """Frames until ``want`` arrived, the timeout passed or the relay closed."""
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < want and time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, min(0.2, deadline - time.monotonic())))
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            got += self.decoder.feed(data)
+        return got
+
+    def closed_by_peer(self, timeout_s: float = 5.0) -> bool:
+        """True once the relay closed (or reset) the connection; reads and discards frames."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, min(0.2, deadline - time.monotonic())))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()

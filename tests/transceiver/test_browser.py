@@ -86,7 +86,15 @@ def namespace(request: pytest.FixtureRequest) -> Namespace:
 
 @pytest.fixture(scope="module")
 def call(tmp_path_factory, namespace: Namespace) -> dict:
-    """One echo call through the stack, as the harness reports it (JSON).
+    """One echo call through the stack, as the harness reports it (JSON)."""
+    return run_call(tmp_path_factory, namespace)
+
+
+def run_call(
+    tmp_path_factory, namespace: Namespace, stack_args: str = "", setup: tuple[str, ...] = ()
+) -> dict:
+    """One echo call through ``rtcedge up`` (plus ``stack_args``) in a new namespace set up
+    by ``namespace.setup`` and then ``setup``, as the harness reports it (JSON).
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
     its offer and on its hang-up's DELETE.
@@ -105,7 +113,10 @@ def call(tmp_path_factory, namespace: Namespace) -> dict:
     secret_file = tmp_path_factory.mktemp("token") / "secret"
     secret_file.write_text(TOKEN_SECRET + "\n")
     token = mint(TOKEN_SECRET.encode(), time.time(), 300, subject="browser")
-    stack = f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file}"
+    stack = (
+        f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
+        f"{stack_args}"
+    ).strip()
     harness = (
         f"exec {sys.executable} -m tests.transceiver.browser_harness"
         f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
@@ -113,7 +124,14 @@ def call(tmp_path_factory, namespace: Namespace) -> dict:
     )
     try:
         proc = subprocess.run(
-            ["unshare", "--net", "--", "sh", "-c", " && ".join((*namespace.setup, harness))],
+            [
+                "unshare",
+                "--net",
+                "--",
+                "sh",
+                "-c",
+                " && ".join((*namespace.setup, *setup, harness)),
+            ],
             cwd=REPO,
             capture_output=True,
             text=True,

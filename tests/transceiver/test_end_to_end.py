@@ -67,6 +67,8 @@ def test_five_clients_hear_their_own_tone_through_one_socket(stack):
     assert trx.metric("rtcedge_transceiver_audio_frames_total", direction="out") > 0
     assert trx.metric("rtcedge_transceiver_ice_connected_seconds_count") >= 5
     assert trx.metric("rtcedge_transceiver_dtls_connected_seconds_count") >= 5
+    assert trx.metric("rtcedge_transceiver_paths_selected_total", transport="udp") >= 5
+    assert trx.metric("rtcedge_transceiver_paths_selected_total", transport="tcp") == 0
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,14 @@ class Recorder:
         self.sent: list[tuple[bytes, Addr | None]] = []
         self.selected: list[Addr] = []
 
-    async def connection(self) -> SharedSocketConnection:
+    async def connection(self, advertised_tcp: Addr | None = None) -> SharedSocketConnection:
         conn = SharedSocketConnection(
             UFRAG,
             PASSWORD,
             (ADVERTISED,),
             send=lambda data, to: self.sent.append((data, to)),
             on_selected=self.selected.append,
+            advertised_tcp=advertised_tcp,
         )
         await conn.gather_candidates()
         return conn

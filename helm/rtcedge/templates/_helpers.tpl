@@ -132,13 +132,31 @@ $(POD_IP):{{ int64 .port }}
 when asked for (SO_RCVBUFFORCE). Empty for the defaults. */}}
 {{- define "rtcedge.relay.capabilities" -}}
 {{- $caps := list }}
-{{- if and (eq .Values.relay.mode "hostNetwork") (lt (int .Values.relay.port) 1024) }}
+{{- $tcp := .Values.relay.tcp }}
+{{- if and (eq .Values.relay.mode "hostNetwork") (or (lt (int .Values.relay.port) 1024) (and $tcp.enabled (lt (int $tcp.port) 1024))) }}
 {{- $caps = append $caps "NET_BIND_SERVICE" }}
 {{- end }}
 {{- if .Values.relay.netAdmin }}
 {{- $caps = append $caps "NET_ADMIN" }}
 {{- end }}
 {{- join "," $caps }}
+{{- end }}
+
+{{/* The public IP:port of the relays' ICE-TCP listener (relay.tcp), for the answers. */}}
+{{- define "rtcedge.relay.tcpPublicAddress" -}}
+{{- $t := .Values.relay.tcp }}
+{{- if $t.publicAddress }}
+{{- $t.publicAddress }}
+{{- else }}
+{{- $host := regexReplaceAll ":[0-9]+$" (required "relay.publicAddress is required: the IP:port clients reach the relays at" .Values.relay.publicAddress) "" }}
+{{- $port := $t.port }}
+{{- if eq .Values.relay.mode "loadBalancer" }}
+{{- $port = $t.servicePort }}
+{{- else if eq .Values.relay.mode "hostPort" }}
+{{- $port = default $t.port $t.hostPort }}
+{{- end }}
+{{- printf "%s:%d" $host (int64 $port) }}
+{{- end }}
 {{- end }}
 
 {{/* The UDP port the relay is reached at from outside, for NOTES and checks. */}}

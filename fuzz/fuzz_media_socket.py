@@ -83,13 +83,13 @@ class Harness:
         self.drops: list[str] = []
         self.violations: list[str] = []
         self.deliveries: list[tuple[script.Slot, bytes, tuple]] = []
-        drop = self.media._drop
+        drop = self.media.drop
 
         def record_drop(reason: str) -> None:
             self.drops.append(reason)
             drop(reason)
 
-        self.media._drop = record_drop  # type: ignore[method-assign]
+        self.media.drop = record_drop  # type: ignore[method-assign]
         for slot in self.slots:
             self.register(slot)
 

@@ -62,6 +62,7 @@ class EchoCall:
         self.location = ""
         self.status = 0  # of the WHIP POST
         self.retry_after = ""  # its Retry-After, if refused
+        self.refusals = 0  # 503s it got (and retried after their Retry-After)
         self.error = ""
         self.hanging_up = False
         self.pc.on("connectionstatechange", self._on_state)
@@ -84,7 +85,9 @@ class EchoCall:
             if transceiver.receiver.track is track:
                 self.echo.attach(transceiver.receiver)
 
-    async def connect(self, http: Any, url: str, timeout_s: float, echo_s: float = 0.0) -> None:
+    async def connect(
+        self, http: Any, url: str, timeout_s: float, echo_s: float = 0.0, retries: int = 0
+    ) -> None:
         """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
         first echo of its own tone came back."""
         from aiortc import RTCSessionDescription
@@ -97,19 +100,25 @@ class EchoCall:
                 prompt_ice(self.pc)
             self.offer_at = time.monotonic()
             async with asyncio.timeout(timeout_s):
-                async with http.post(
-                    f"{url}/whip",
-                    data=self.pc.localDescription.sdp,
-                    headers={"Content-Type": "application/sdp"},
-                ) as resp:
-                    body = await resp.text()
-                    self.answer_at = time.monotonic()
-                    self.status = resp.status
-                    self.retry_after = resp.headers.get("Retry-After", "")
-                    if resp.status != 201:
+                while True:  # a 503 is retried after its Retry-After, ``retries`` times
+                    async with http.post(
+                        f"{url}/whip",
+                        data=self.pc.localDescription.sdp,
+                        headers={"Content-Type": "application/sdp"},
+                    ) as resp:
+                        body = await resp.text()
+                        self.answer_at = time.monotonic()
+                        self.status = resp.status
+                        self.retry_after = resp.headers.get("Retry-After", "")
+                        if resp.status == 201:
+                            self.location = resp.headers["Location"]
+                            break
                         self.error = f"POST {resp.status}: {body.strip()[:200]}"
-                        return
-                    self.location = resp.headers["Location"]
+                        if resp.status != 503 or self.refusals >= retries:
+                            return
+                    self.refusals += 1
+                    await asyncio.sleep(float(self.retry_after or 1))
+                    self.error = ""
                 await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
                 await self.connected.wait()
             deadline = time.monotonic() + echo_s
@@ -161,6 +170,7 @@ class EchoCall:
             "connected": self.connected_at is not None,
             "status": self.status,
             "retry_after": self.retry_after,
+            "refusals": self.refusals,
             "error": self.error,
             "offer_to_answer_s": _since(self.offer_at, self.answer_at),
             "offer_to_ice_s": _since(self.offer_at, self.ice_at),
@@ -224,9 +234,9 @@ class CallerWorker:
                 certificate = self._certificate
             new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
             self.calls += new
-            echo_s = cmd.get("echo_s", 0.0)
+            echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
             await asyncio.gather(
-                *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s) for c in new)
+                *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries) for c in new)
             )
             self.reply({"event": "connected", "calls": [c.summary() for c in new]})
         elif kind == "mark":
@@ -353,13 +363,14 @@ def connect(
     timeout_s: float,
     echo_s: float = 0.0,
     light: bool = False,
+    retries: int = 0,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
-    (``CallerWorker``)."""
+    (``CallerWorker``); ``retries``: a 503 is retried after its Retry-After, this many times."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
-        w.send({**message, "echo_s": echo_s, "light": light})
+        w.send({**message, "echo_s": echo_s, "light": light, "retries": retries})
     return collect(list(shares), "connected", timeout_s + echo_s + 30)
 
 

@@ -2,9 +2,10 @@
 
 After the capacity steps (run with admission off: they measure the transceiver), a transceiver
 with its admission at the defaults (``transceiver.load``, ``--max-sessions``) replaces the first
-on the same ports and is offered ``factor`` x the largest N that passed, all at once. It must
-admit what it can carry and refuse the rest: the step passes when every admitted call connected
-and lost < 1 % of its frames over the window, and every refused offer got 503 + Retry-After.
+on the same ports and is offered ``factor`` x the largest N that passed, all at once (a refused
+caller offers again after its Retry-After, as a client should). It must admit what it can
+carry and refuse the rest: the step passes when every admitted call connected and lost < 1 %
+of its frames over the window, and every refused offer got 503 + Retry-After.
 The transceiver says why it refused (its ``admission_refusals`` counter, by reason).
 """
 
@@ -24,6 +25,7 @@ from bench.sessions_callers import WorkerProcess, connect, hang_up, mark
 from bench.sessions_step import Processes, Snapshot, Step, finish, measure
 
 REFUSAL_REASONS = ("draining", "max_sessions", "cpu", "loop_lag", "headroom")
+RETRIES = 3  # a refused caller offers again after Retry-After, as a WHIP client should
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Overload:
     refused_with_retry_after: int = 0
     retry_after_s: list[str] = field(default_factory=list)  # the distinct values
     other_failures: list[str] = field(default_factory=list)  # neither connected nor 503
+    answers_503: int = 0  # every 503 answered, retried ones included
     refusals_by_reason: dict[str, float] = field(default_factory=dict)  # the transceiver's count
     admitted_step: dict[str, Any] = field(default_factory=dict)  # a Step of the admitted calls
     ok: bool = False
@@ -74,15 +77,17 @@ def run_overload(
     timing: tuple[float, float, float],
     max_loss_pct: float,
 ) -> Overload:
-    """Offer the calls of ``shares`` (``factor`` x ``capacity``) at once; measure the admitted
-    ones over a window. ``timing``: (connect timeout, settle, window) in seconds."""
+    """Offer the calls of ``shares`` (``factor`` x ``capacity``) at once, each refused one again
+    after its Retry-After (``RETRIES`` times, as a client would); measure the admitted ones over
+    a window. ``timing``: (connect timeout, settle, window) in seconds."""
     connect_timeout_s, settle_s, window_s = timing
     assert procs.trx.proc is not None
     result = Overload(factor, capacity, offered=sum(map(len, shares.values())))
     busy = list(shares)
     base = Snapshot.take(procs)
-    replies = connect(shares, procs.trx.url, connect_timeout_s)
+    replies = connect(shares, procs.trx.url, connect_timeout_s + 4 * RETRIES, retries=RETRIES)
     calls = {c["id"]: c for r in replies for c in r["calls"]}
+    result.answers_503 = sum(c.get("refusals", 0) for c in calls.values())
     admitted = {k: c for k, c in calls.items() if c["connected"]}
     for c in calls.values():
         if c["connected"]:
@@ -150,7 +155,8 @@ def print_overload(o: dict[str, Any], echo: Echo, step_line: Any) -> None:
     echo("")
     echo(
         f"overload: {o['offered']} calls offered at once ({o['factor']:g} x the largest N that "
-        "passed), to a transceiver with its default admission"
+        "passed), to a transceiver with its default admission; a refused caller offers again "
+        f"after Retry-After, up to {RETRIES} times ({o.get('answers_503', 0)} 503s in all)"
     )
     if o["admitted_step"].get("sessions"):
         echo(step_line(o["admitted_step"]))

@@ -137,10 +137,11 @@ def main() -> None:
     "--max-sessions",
     env="MAX_SESSIONS",
     type=int,
-    default=40,
+    default=150,
     show_default=True,
-    help="Sessions this process takes at most (one process ~ one core; see docs/benchmarks.md); "
-    "--admit-max-cpu and --admit-max-loop-lag may refuse sooner.",
+    help="Sessions this process takes at most (one process ~ one core; see docs/benchmarks.md): "
+    "a ceiling sized for --audio-format opus; --admit-max-cpu and --admit-max-loop-lag refuse "
+    "sooner (pcm16 calls cost ~3x more CPU).",
 )
 @env_option(
     "--admit-max-cpu",

@@ -31,7 +31,7 @@ class TransceiverConfig:
     audio_format: str = "pcm16"  # the echo backend's; a websocket backend picks per session
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
-    max_sessions: int = 40
+    max_sessions: int = 150
     admit_max_cpu_pct: float = LoadLimits.max_cpu_pct  # refuse above (0: off): transceiver.load
     admit_max_loop_lag_ms: float = LoadLimits.max_loop_lag_ms  # refuse above (0: off)
     ice_timeout_s: float = 10.0

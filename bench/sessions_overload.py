@@ -25,7 +25,7 @@ from bench.sessions_callers import WorkerProcess, connect, hang_up, mark
 from bench.sessions_step import Processes, Snapshot, Step, finish, measure
 
 REFUSAL_REASONS = ("draining", "max_sessions", "cpu", "loop_lag", "headroom")
-RETRIES = 3  # a refused caller offers again after Retry-After, as a WHIP client should
+RETRIES = 8  # a refused caller offers again after Retry-After, as a WHIP client should
 
 
 @dataclass

@@ -104,9 +104,7 @@ def goertzel_power(samples: Sequence[int], hz: float, rate: int = RATE) -> float
 TONE_AMPLITUDE = 0.3  # of full scale: the benchmark callers' tone (its loud frames)
 DELAY_PATTERN = tuple((0x1F35A9C6E1B7 >> k) & 1 for k in range(50))
 DELAY_LEVELS = tuple(1.0 if bit else 0.5 for bit in DELAY_PATTERN)
-LEVEL_SPLIT = 0.75  # of the loud level's peak: above it, a frame of the loud level
-LOUD_PEAK = 32767 * TONE_AMPLITUDE
-LEVEL_TAIL = 240  # samples (5 ms) at a frame's end whose peak tells its level
+LEVEL_TAIL = 192  # samples (4 ms, a period of the lowest tone) at a frame's end: its level
 
 
 def opus_tone_packets(
@@ -323,8 +321,9 @@ class EchoCounter:
         self._own_packets = {p: i for i, p in enumerate(own_packets)}
         self._sent_clock = sent_clock
         self._clock = clock
-        # The last 10 s of echo frames: (arrival, frame index the caller was at, level bit or
-        # the exact index of a passed-through packet); ``echo_delay_ms`` reads them.
+        # The last 10 s of echo frames: (arrival, frame index the caller was at, the frame's
+        # level (peak of its end) or the exact index of a passed-through packet, -1 for the
+        # other); ``echo_delay_ms`` reads them.
         self._heard: collections.deque[tuple[float, int, int, int]] = collections.deque(maxlen=500)
         self.packets_received = 0
         self.audio_frames = 0
@@ -399,29 +398,30 @@ class EchoCounter:
             if max(samples) < AUDIBLE_PEAK:
                 continue
             self._last_audible_seq = seq
-            # The level of the frame this one echoes, from its last 5 ms: a re-encoded echo is
+            # The level of the frame this one echoes, from its last 4 ms: a re-encoded echo is
             # shifted by the codecs' look-ahead, so the frame starts with the previous frame.
-            self._remember(int(max(samples[-LEVEL_TAIL:]) >= LEVEL_SPLIT * LOUD_PEAK), -1)
+            self._remember(max(samples[-LEVEL_TAIL:]), -1)
             self.audio_frames += 1
             if self.first_echo_at is None or (steady and self.audio_frames % self.check_every == 0):
                 self._check_tone(samples)
 
-    def _remember(self, bit: int, index: int) -> None:
+    def _remember(self, level: int, index: int) -> None:
         if self._sent_clock is None:
             return
         start, sent = self._sent_clock()
         if start is not None and sent:
-            self._heard.append((self._clock(), sent - 1, bit, index))
+            self._heard.append((self._clock(), sent - 1, level, index))
 
     def echo_delay_ms(self, since: float = 0.0) -> float | None:
         """How late the echo is, in ms, over the frames heard since ``since`` (monotonic time).
 
         Each frame heard is matched with the frame of the caller's one-second loop it echoes:
         a passed-through packet by its bytes (exact); a re-encoded one by the loop's level
-        pattern, choosing the lag in whole frames that explains most of the levels heard (None
-        if none explains 80 % of them). The delay is then arrival - when that frame was due to
-        be sent, the median over the frames matched: the echo's real delay, path and queues
-        included, unlike the lag (sent - heard), which also counts every frame lost.
+        pattern, choosing, for each second heard, the lag in whole frames that explains most of
+        its levels (seconds where none explains 80 % are left out; None if all are). The delay
+        is then arrival - when that frame was due to be sent, the median over the frames
+        matched: the echo's real delay, path and queues included, unlike the lag (sent - heard),
+        which also counts every frame lost.
         """
         if self._sent_clock is None:
             return None
@@ -437,15 +437,23 @@ class EchoCounter:
                 for at, last, _, index in exact
             ]
             return 1000 * statistics.median(delays)
-        best_lag, best_hits = 0, -1
-        for lag in range(50):
-            hits = sum(bit == DELAY_PATTERN[(last - lag) % 50] for _, last, bit, _ in heard)
-            if hits > best_hits:
-                best_lag, best_hits = lag, hits
-        if best_hits < 0.8 * len(heard):
-            return None
-        delays = [at - (start + (last - best_lag) * frame_s) for at, last, _, _ in heard]
-        return 1000 * statistics.median(delays)
+        # Loud or quiet: split halfway between the levels heard (the codecs' gain on a tone
+        # depends on its frequency, so no absolute threshold fits every caller).
+        levels = sorted(level for _, _, level, _ in heard)
+        split = (levels[len(levels) // 5] + levels[len(levels) * 4 // 5]) / 2
+        # The lag changes when a frame is lost or trimmed: find it second by second (one loop
+        # of the pattern each), and keep the seconds where one lag explains 80 % of the levels.
+        delays = []
+        for i in range(0, len(heard) - 49, 50):
+            chunk = heard[i : i + 50]
+            bits = [(last, int(level >= split)) for _, last, level, _ in chunk]
+            hits, lag = max(
+                (sum(bit == DELAY_PATTERN[(last - lag) % 50] for last, bit in bits), lag)
+                for lag in range(50)
+            )
+            if hits >= 0.8 * len(chunk):
+                delays += [at - (start + (last - lag) * frame_s) for at, last, _, _ in chunk]
+        return 1000 * statistics.median(delays) if delays else None
 
     def _check_tone(self, samples: memoryview) -> None:
         total = sum(x * x for x in samples) * len(samples) / 2 + 1.0

@@ -261,7 +261,7 @@ def run_attempts(
             return attempts, False
         step.attempt = attempt
         attempts.append(step)
-        progress.step(step_line(step))
+        progress.step(step_line(step, judged=not cfg.quick))
         if step.ok:
             return attempts, True
         if attempt <= cfg.retries and disturbed(step):
@@ -584,7 +584,9 @@ def _f(value: Any, pattern: str = "{:.0f}") -> str:
     return pattern.format(value)
 
 
-def step_line(s: Step | dict[str, Any]) -> str:
+def step_line(s: Step | dict[str, Any], judged: bool = True) -> str:
+    """One step as a table row; ``judged=False`` (a quick run: a 2 s window, where one frame is
+    1 %) shows no verdict."""
     d = asdict(s) if isinstance(s, Step) else s
     loss, rtp = d["frame_loss_pct"], d["rtp_loss_pct"]
     n = f"{d['sessions']}" + ("" if d["attempt"] == 1 else f"#{d['attempt']}")
@@ -600,8 +602,8 @@ def step_line(s: Step | dict[str, Any]) -> str:
         f"{_f(d['clients_cpu_pct'], '{:.0f}'):>7} {_f(d['relay_cpu_pct'], '{:.0f}'):>5} "
         f"{_f(d['others_on_transceiver_core_pct'], '{:.0f}'):>5}/"
         f"{_f(d['others_on_callers_cores_pct'], '{:.0f}'):<5} "
-        + ("ok" if d["ok"] else "FAIL")
-        + (f" ({'busy' if d['ok'] else 'limit'}: {d['limit']})" if d["limit"] else "")
+        + (("ok" if d["ok"] else "FAIL") if judged else "(quick run: not judged)")
+        + (f" ({'busy' if d['ok'] else 'limit'}: {d['limit']})" if d["limit"] and judged else "")
     )
 
 
@@ -636,7 +638,7 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
         echo(f"audio format {fmt}: {FORMAT_TEXT.get(fmt, fmt)}")
         echo(HEADER)
         for s in figures["steps"]:
-            echo(step_line(s))
+            echo(step_line(s, judged=not cfg.get("quick", False)))
         print_step_notes(figures["steps"], echo)
         print_format_summary(fmt, figures, summary["by_format"][fmt], cfg, echo)
         if "overload" in figures:

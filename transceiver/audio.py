@@ -64,7 +64,6 @@ class BackendAudioTrack(MediaStreamTrack):
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
         self._start: float | None = None
-        self._encoded: deque[av.Packet] = deque()
         self.frames_out = 0
         self.frames_dropped = 0
 
@@ -100,21 +99,20 @@ class BackendAudioTrack(MediaStreamTrack):
         self._pending = b""
         return dropped
 
-    def _next(self) -> list[av.Packet]:
-        """The next packet(s) to send, and how long they last (advances ``_pts``)."""
+    def _next(self) -> list[bytes]:
+        """The next packet(s) to send (advances ``_pts`` by what they last)."""
         if self.audio_format == OPUS:
             if self._packets:
                 payload, samples = self._packets.popleft()
                 self._count_out()
             else:
                 payload, samples = silent_packet(), SAMPLES_PER_FRAME
-            packet = av.Packet(payload)
-            packet.pts = self._pts
             self._pts += samples
-            return [packet]
+            return [payload]
         pcm = self._frames.popleft() if self._frames else SILENCE
         if self._encoder is None:
             self._encoder = opus.Encoder()
+        self._pts += SAMPLES_PER_FRAME
         if pcm is not SILENCE:
             self._count_out()
             self._quiet_frames = 0
@@ -123,12 +121,8 @@ class BackendAudioTrack(MediaStreamTrack):
             if self._quiet_frames > ENCODED_SILENCE_FRAMES:
                 # The backend is quiet (a voice agent listening): send the cached silent packet.
                 # libopus spends more on silence than on speech (~0.24 against ~0.13 ms a frame).
-                packet = av.Packet(silent_packet())
-                packet.pts = self._pts
                 self._encoder.skip(SAMPLES_PER_FRAME)
-                self._pts += SAMPLES_PER_FRAME
-                return [packet]
-        self._pts += SAMPLES_PER_FRAME
+                return [silent_packet()]
         return self._encoder.encode(pcm)
 
     def _count_out(self) -> None:
@@ -144,31 +138,26 @@ class BackendAudioTrack(MediaStreamTrack):
         if self._start is None:
             self._start = now
         due: list[tuple[bytes, int]] = []
-        while len(due) < limit:
-            if self._encoded:
-                packet = self._encoded.popleft()
-                due.append((bytes(packet), packet.pts or 0))
-                continue
-            if self._start + self._pts / AUDIO_SAMPLE_RATE > now:
-                break
-            # On the track's clock, not the encoder's pts: libopus holds a frame back and
-            # shifts its pts by its look-ahead, and quiet frames are not encoded at all.
+        while len(due) < limit and self._start + self._pts / AUDIO_SAMPLE_RATE <= now:
+            # On the track's clock, not the encoder's pts: libopus shifts its pts by its
+            # look-ahead, and quiet frames are not encoded at all.
             pts = self._pts
-            for j, packet in enumerate(self._next()):
-                due.append((bytes(packet), pts + j * SAMPLES_PER_FRAME))
+            for j, payload in enumerate(self._next()):
+                due.append((payload, pts + j * SAMPLES_PER_FRAME))
         return due
 
     async def recv(self) -> av.Packet:  # type: ignore[override]
-        if self.readyState != "live":
-            raise MediaStreamError
-        while not self._encoded:
-            # Pace like a sound card: each packet when the previous ones have played out.
-            if self._start is None:
-                self._start = time.monotonic()
-            wait = self._start + self._pts / AUDIO_SAMPLE_RATE - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            for packet in self._next():
+        """aiortc's way to pull a packet (its own sender's loop): one ``take_due`` at a time,
+        paced like a sound card. ``transceiver.outbound`` sends without it."""
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            now = time.monotonic()
+            due = self.take_due(now, limit=1)
+            if due:
+                payload, pts = due[0]
+                packet = av.Packet(payload)
+                packet.pts = pts
                 packet.time_base = opus.TIME_BASE
-                self._encoded.append(packet)
-        return self._encoded.popleft()
+                return packet
+            await asyncio.sleep(self._start + self._pts / AUDIO_SAMPLE_RATE - now)  # type: ignore[operator]

@@ -20,9 +20,15 @@ order, as the code runs it:
 4. the session: ``Demux.route`` (by client address, else an authenticated, fresh check's
    ufrag), with its own reasons (``demux.DROP_REASONS``).
 
+Per packet, the client address of an encapsulation header is decoded once: the header's bytes
+(as they come, hop limit and flags included) are remembered with the address they name, and
+the next datagram with the same header skips the decoding (the client and its relay send
+thousands; ``socket.inet_ntop`` and a tuple each time were a tenth of the receive path).
+
 Attacker and bound: whoever reaches the socket chooses the source address of encapsulated
-datagrams, so the relay allowlist's memo of verdicts per host is cleared once it holds more
-than ``MAX_RELAY_MEMO`` hosts.
+datagrams and their headers, so the relay allowlist's memo of verdicts per host is cleared once
+it holds more than ``MAX_RELAY_MEMO`` hosts, and the header memo once it holds more than
+``MAX_HEADER_MEMO`` headers (a flood of new headers costs each its decoding, as without it).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from transceiver.demux import Addr, Demux, over_tcp
 
 S = TypeVar("S")
 MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered
+MAX_HEADER_MEMO = 16384  # encapsulation headers whose client address is remembered (~3 MB)
+_HEADER_LEN = {encap.VERSION_FAMILY[f]: encap.HEADER_LEN[f] for f in encap.HEADER_LEN}
 
 ENCAP_MALFORMED = "encap_malformed"
 RELAY_NOT_ALLOWED = "relay_not_allowed"
@@ -81,20 +89,21 @@ class Classifier(Generic[S]):
         self.demux = demux
         self._relay_networks = [ipaddress.ip_network(n, strict=False) for n in relay_networks]
         self._relay_allowed: dict[str, bool] = {}
+        self._clients: dict[bytes, Addr] = {}  # encapsulation header -> the client it names
 
     def classify(self, data: bytes, source: Any) -> Delivery[S] | Dropped:
         """Decide one datagram from ``source`` (a socket address: host, port, ...)."""
         relay: Addr | None = None
         if data[:1] == b"\xff":
-            try:
-                family, packed, port, _hop, offset = encap.decode_packed(data)
-            except encap.EncapError:
-                return Dropped(ENCAP_MALFORMED)
-            fam = socket.AF_INET if family == 4 else socket.AF_INET6
-            client = (socket.inet_ntop(fam, packed), port)
-            if data[encap.FLAGS_OFFSET] & encap.FLAG_TCP:
-                client = over_tcp(client)
-            relay = (source[0], source[1])
+            offset = _HEADER_LEN.get(data[1], 0) if len(data) > 1 else 0
+            header = data[:offset]
+            client = self._clients.get(header) if offset else None
+            if client is None:
+                try:
+                    client, offset = self._decode(data)
+                except encap.EncapError:
+                    return Dropped(ENCAP_MALFORMED)
+            relay = source if len(source) == 2 else (source[0], source[1])
             if self._relay_networks and not self._is_relay(source[0]):
                 return Dropped(RELAY_NOT_ALLOWED)
             payload = data[offset:]
@@ -118,6 +127,19 @@ class Classifier(Generic[S]):
         if route.session is None:
             return Dropped(route.reason)
         return Delivery(route.session, client, payload, route.learned)
+
+    def _decode(self, data: bytes) -> tuple[Addr, int]:
+        """The client an encapsulation header names, and where its payload starts; remembered
+        by the header's bytes. EncapError if the header does not decode."""
+        family, packed, port, _hop, offset = encap.decode_packed(data)
+        fam = socket.AF_INET if family == 4 else socket.AF_INET6
+        client: Addr = (socket.inet_ntop(fam, packed), port)
+        if data[encap.FLAGS_OFFSET] & encap.FLAG_TCP:
+            client = over_tcp(client)
+        if len(self._clients) >= MAX_HEADER_MEMO:
+            self._clients.clear()
+        self._clients[bytes(data[:offset])] = client
+        return client, offset
 
     def _is_relay(self, host: str) -> bool:
         allowed = self._relay_allowed.get(host)

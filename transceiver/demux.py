@@ -80,7 +80,7 @@ class Path:
     relay: Addr | None
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Route(Generic[S]):
     session: S | None
     reason: str = ""  # why it was dropped, when session is None
@@ -101,6 +101,7 @@ class _Entry(Generic[S]):
     addresses: dict[Addr, _Address] = field(default_factory=dict)
     transactions: dict[bytes, Addr] = field(default_factory=dict)  # check id -> its sender
     path: Path | None = None
+    routed: Route[S] | None = None  # the verdict for its media, made once (see _route_known)
     heard: set[Addr] = field(default_factory=set)  # off-path addresses checked since last sweep
     quiet_since: dict[Addr, float] = field(default_factory=dict)  # off-path address -> since
 
@@ -174,7 +175,10 @@ class Demux(Generic[S]):
             entry.path = Path(client, relay)
             address.relay = relay
         if data[:2] != _BINDING_REQUEST:
-            return Route(entry.session)
+            routed = entry.routed  # the same verdict for every media packet: made once
+            if routed is None:
+                routed = entry.routed = Route(entry.session)
+            return routed
         if not self._authenticated(data, entry):
             return Route(None, BAD_INTEGRITY)
         if not self._fresh(data, client, entry):

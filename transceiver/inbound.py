@@ -28,11 +28,11 @@ from typing import Any
 
 import pylibsrtp
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
-from aiortc.rtp import RtpPacket
 
 from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
 from transceiver.jitter import AudioJitterBuffer
 from transceiver.opus import Decoder, OpusError, packet_samples
+from transceiver.rtpview import parse as parse_rtp
 
 OPUS_MIME = "audio/opus"
 # Events counted beside the jitter buffer's (transceiver.jitter.EVENTS).
@@ -51,6 +51,9 @@ PRIVATE: dict[str, type | None] = {
     "_RTCRtpReceiver__rtcp_task": None,
     "_RTCRtpReceiver__transport": object,
 }
+# aiortc 1.x's RTCDtlsTransport state the direct paths use (here and transceiver.outbound): the
+# call's SRTP sessions (None until DTLS is up) and its state; all set by its constructor.
+DTLS_PRIVATE = ("_rx_srtp", "_tx_srtp", "_state")
 
 
 class InboundAudio:
@@ -172,12 +175,12 @@ def direct_rtp(receiver: InlineAudioReceiver, dtls: Any) -> Callable[[bytes], bo
     aiortc hands every datagram through an asyncio queue to its DTLS transport's receive task,
     which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
     packet. This does the same work as plain calls, from the socket's callback: SRTP unprotect
-    with the call's own session (the DTLS transport's, so the replay window is shared), parse
-    with its negotiated extensions, ``handle_rtp``. Returns False for what it leaves to aiortc
-    (RTCP: aiortc's receiver and sender reports keep working as before).
+    with the call's own session (the DTLS transport's, so the replay window is shared), read
+    the header (``transceiver.rtpview``: header extensions are not decoded, nothing here reads
+    them), ``handle_rtp``. Returns False for what it leaves to aiortc (RTCP: aiortc's receiver
+    and sender reports keep working as before).
     """
     srtp = dtls._rx_srtp
-    extensions = dtls._rtp_header_extensions_map
     inbound = receiver._inbound
 
     def sink(data: bytes) -> bool:
@@ -189,7 +192,7 @@ def direct_rtp(receiver: InlineAudioReceiver, dtls: Any) -> Callable[[bytes], bo
             inbound.drop(UNPROTECT_FAILED)
             return True
         try:
-            packet = RtpPacket.parse(plain, extensions)
+            packet = parse_rtp(plain)
         except ValueError:
             inbound.drop(MALFORMED)
             return True
@@ -232,4 +235,11 @@ def _check_private(receiver: Any) -> None:
         raise RuntimeError(
             f"aiortc's RTCRtpReceiver has no {missing} where transceiver.inbound expects it; "
             "this aiortc is not supported"
+        )
+    dtls = receiver._RTCRtpReceiver__transport
+    missing_dtls = [name for name in DTLS_PRIVATE if not hasattr(dtls, name)]
+    if missing_dtls:
+        raise RuntimeError(
+            f"aiortc's RTCDtlsTransport has no {', '.join(missing_dtls)} where transceiver.inbound "
+            "expects it; this aiortc is not supported"
         )

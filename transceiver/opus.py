@@ -72,7 +72,7 @@ class Decoder:
 
 
 class Encoder:
-    """PCM16 LE mono 48 kHz, 20 ms at a time -> Opus packets (av.Packet, pts in samples)."""
+    """PCM16 LE mono 48 kHz, 20 ms at a time -> Opus packets (bytes)."""
 
     def __init__(self) -> None:
         codec = av.CodecContext.create("libopus", "w")
@@ -91,14 +91,14 @@ class Encoder:
         stay on the stream's clock."""
         self._pts += samples
 
-    def encode(self, pcm: bytes) -> list[av.Packet]:
+    def encode(self, pcm: bytes) -> list[bytes]:
         frame = av.AudioFrame(format="s16", layout="mono", samples=self._samples)
         frame.planes[0].update(pcm)
         frame.sample_rate = RATE
         frame.time_base = TIME_BASE
         frame.pts = self._pts
         self._pts += self._samples
-        return list(self._codec.encode(frame))
+        return [bytes(packet) for packet in self._codec.encode(frame)]
 
 
 def silence_packet() -> bytes:
@@ -106,7 +106,7 @@ def silence_packet() -> bytes:
     encoder = Encoder()
     silence = bytes(RATE // 50 * 2)
     # The first packets still carry the encoder's start-up (look-ahead): keep a steady one.
-    packets = [bytes(p) for _ in range(4) for p in encoder.encode(silence)]
+    packets = [p for _ in range(4) for p in encoder.encode(silence)]
     if not packets:
         raise RuntimeError("libopus returned no packet for 80 ms of silence")
     return packets[-1]

@@ -123,3 +123,24 @@ def test_the_relay_memo_stays_bounded_under_spoofed_sources(monkeypatch):
         )
         assert len(c._relay_allowed) <= 9
     assert isinstance(c.classify(relayed(check()), RELAY), Delivery), "a relay still passes"
+
+
+def test_a_remembered_header_names_the_same_client_and_the_memo_is_bounded(monkeypatch):
+    monkeypatch.setattr(classify, "MAX_HEADER_MEMO", 8)
+    c = classifier()
+    media = b"\x80rtp"
+    for client in (CLIENT, CLIENT_V6):
+        assert c.classify(relayed(check(), client), RELAY).client == client
+        for _ in range(2):  # the second time from the memo: the same verdict
+            assert c.classify(relayed(media, client), RELAY) == Delivery("A", client, media)
+    for _ in range(2):  # the flag is part of the header: a TCP client stays one
+        tcp = encap.encapsulate(check(), *CLIENT, flags=encap.FLAG_TCP)
+        assert c.classify(tcp, RELAY).client == (*CLIENT, "tcp")
+    # Headers chosen by whoever reaches the socket: the memo never holds more than its bound.
+    for port in range(1, 100):
+        assert c.classify(relayed(media, ("203.0.113.9", port)), RELAY) == Dropped(
+            "unknown_address"
+        )
+        assert len(c._clients) <= 8
+    # A header cut short is never taken from the memo for a whole one.
+    assert c.classify(relayed(media)[:7], RELAY) == Dropped(classify.ENCAP_MALFORMED)

@@ -128,6 +128,23 @@ def test_install_swaps_the_audio_receiver_alone_and_refuses_twice():
     asyncio.run(go())
 
 
+def test_install_refuses_an_aiortc_whose_dtls_transport_moved_its_srtp_state():
+    async def go():
+        caller, callee = await offered()
+        try:
+            receiver = callee.getTransceivers()[0].receiver
+            del receiver.transport._tx_srtp
+            with pytest.raises(RuntimeError, match="RTCDtlsTransport has no _tx_srtp"):
+                install(callee, InboundAudio(OPUS, on_opus=lambda f: None))
+            assert type(receiver) is RTCRtpReceiver
+        finally:
+            receiver.transport._tx_srtp = None
+            await caller.close()
+            await callee.close()
+
+    asyncio.run(go())
+
+
 def test_install_refuses_an_aiortc_that_moved_its_state():
     async def go():
         caller, callee = await offered()

@@ -4,11 +4,13 @@ they make and take, byte for byte, and the aiortc objects they swap."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 import pylibsrtp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import (
     RTCRtpCodecParameters,
     RTCRtpHeaderExtensionParameters,
@@ -243,3 +245,25 @@ def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_cl
     due += track.take_due(100.0 + 0.02 * 12, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES
     assert [pts for _, pts in due] == [960 * i for i in range(13)], "one clock, no jumps"
+
+
+def test_recv_paces_the_track_for_aiortc_s_own_sender():
+    """The track stays a MediaStreamTrack: aiortc's sender (no direct path) pulls it with
+    ``recv``, which paces packets on the track's clock, silence filling in."""
+
+    async def go():
+        track = BackendAudioTrack()
+        track.set_format(OPUS)
+        for packet in TONE[:3]:
+            track.push_opus(packet)
+        started = time.monotonic()
+        packets = [await track.recv() for _ in range(5)]
+        took = time.monotonic() - started
+        assert [bytes(p) for p in packets] == [*TONE[:3], silent_packet(), silent_packet()]
+        assert [p.pts for p in packets] == [0, 960, 1920, 2880, 3840]
+        assert took >= 0.079  # the fifth packet is due 80 ms after the first: never sooner
+        track.stop()
+        with pytest.raises(MediaStreamError):
+            await track.recv()
+
+    asyncio.run(go())

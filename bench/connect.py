@@ -55,7 +55,7 @@ from bench.harness.procfs import process_cpu_ns, rss_bytes
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import percentile
-from bench.harness.verdict import verdict
+from bench.harness.verdict import verdict_lines
 from bench.peers import TransceiverProcess
 from bench.plots.connect import connect_figure
 from bench.sessions import (
@@ -458,10 +458,8 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     echo(memory_line(result["memory"]["points"]))
     load = result["load_average_1min"]
     echo(f"load average (1 min) at start {load['start']:.2f}, at end {load['end']:.2f}")
-    for c in result["criteria"]:
-        echo(f"{verdict(c['pass'], cfg.get('quick', False))} {c['name']}: {c['detail']}")
-    for note in result["notes"]:
-        echo(f"note: {note}")
+    for line in verdict_lines(result):
+        echo(line)
 
 
 EXAMPLES = """

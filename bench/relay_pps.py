@@ -58,7 +58,7 @@ from bench.harness.procfs import UdpPortStats, cpu_ns, udp_key, udp_sockets, use
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import spread
-from bench.harness.verdict import verdict
+from bench.harness.verdict import verdict_lines
 from bench.latency import LatencyResult, measure_latency, set_recv_timeout
 from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from bench.plain_forwarder import DEFAULT_BUFFER_BYTES
@@ -703,10 +703,8 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     echo("")
     print_latency(result["latency"], echo)
     echo("")
-    for c in result["criteria"]:
-        echo(f"{verdict(c['pass'], cfg.get('quick', False))} {c['name']}: {c['detail']}")
-    for note in result["notes"]:
-        echo(f"note: {note}")
+    for line in verdict_lines(result):
+        echo(line)
 
 
 def print_throughput(result: dict[str, Any], echo: Echo) -> None:

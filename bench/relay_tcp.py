@@ -1,178 +1,485 @@
-"""Relay benchmark, ICE over TCP: CPU per forwarded frame over TCP against CPU per datagram over
-UDP, one relay worker, in the same run.
+"""ICE-over-TCP benchmark: what a frame over TCP costs a relay worker against a UDP datagram at
+the same offered load, and how the workers should accept connections, each measured against its
+reference in the same run.
 
-Method. One ``relay serve --listen-tcp`` with one worker pinned to the first allowed CPU, this
-process (the generator) pinned to another; a stand-in transceiver that answers the set-up and
-then only sinks. ``flows`` UDP clients and as many TCP connections complete the STUN + hint step
-through the relay (confirmed). Then windows alternate, UDP and TCP, the order rotated every
-round: in a UDP window the generator sends RTP-like datagrams round robin over the UDP sockets,
-in a TCP window RFC 4571 frames of the same size, ``frames_per_write`` per write, round
-robin over the connections; both offer more than the worker takes. Per window: the worker's CPU
-time (/proc/<pid>/schedstat) and the frames it forwarded (its own counters, by transport). The
-result is each transport's median CPU microseconds per forwarded frame, and their ratio.
+``rtcedge bench tcp`` runs two sections (issue 13):
 
-Run: ``python -m bench.relay_tcp [--quick]``; prints one JSON object.
+1. **Frames.** One ``relay serve --listen-tcp`` with one worker pinned to the first allowed CPU;
+   this process (the generator) and the relay's supervisor on the others; a stand-in transceiver
+   that answers the set-up and then only sinks. ``--flows`` UDP flows and as many TCP
+   connections complete the STUN + hint step through the relay. Then windows alternate, UDP and
+   TCP, the order rotated every round; in both the generator offers the same ``--rate`` frames
+   per second (``bench/tcp_load.py``: one datagram per ``send``, one RFC 4571 frame per
+   ``send``), below what the worker takes on either transport, so that both windows do the same
+   work and the ratio of their CPU per frame is a real ratio (a worker flooded by one transport
+   and not the other pays a different share of wake-ups per frame). Per window: the worker's CPU
+   time (every thread's /proc schedstat) from the window's start until it is idle again, over
+   the frames it forwarded by its own counter for that transport. Criterion: TCP/UDP, the
+   median of the per-round ratios, <= ``TCP_OVER_UDP_MAX`` (why this bound: docs/benchmarks.md).
+2. **Accept** (``--no-accept`` leaves it out): server CPU per connection of two workers on
+   per-worker ``SO_REUSEPORT`` listeners (what the relay does) against a dedicated acceptor
+   handing descriptors to two workers (``bench/tcp_accept.py``), interleaved rounds.
+   Criterion: the acceptor costs at least as much (acceptor/reuseport >= 1, the median of the
+   per-round ratios), i.e. the relay's choice still holds.
+
+Bounded: every window in seconds and frames, every wait by a deadline; every process started
+here is stopped by PID.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import os
-import socket
-import statistics
-import sys
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
+import click
+
+from bench import tcp_accept
+from bench.harness.bounds import Deadline
+from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import own_cpus_restored, pin_process
-from bench.harness.procfs import cpu_ns
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
-from bench.udp_load import Generator, rtp_like_payload
-from common import stun
-from relay.framing import FrameDecoder, frame
+from bench.harness.procfs import process_cpu_ns
+from bench.harness.progress import Progress
+from bench.harness.results import RESULTS_DIR, run_header, utc_now
+from bench.harness.stats import spread
+from bench.harness.verdict import verdict_lines
+from bench.peers import RelayProcess, StandInTransceiver
+from bench.plots.relay_tcp import relay_tcp_figure
+from bench.relay_pps import fmt_spread, place_generator, silence
+from bench.tcp_load import close_all, open_tcp_flows, open_udp_flows, paced_send
+from bench.udp_load import rtp_like_payload
+from relay.framing import frame
 
 TID = 3
-PAYLOAD_BYTES = 172  # an Opus 20 ms frame with RTP and SRTP overhead
-UDP_BATCH = 256  # datagrams per sendmmsg of the UDP generator
-MAX_PACKETS = 10_000_000  # a window's bound besides its time
+TRANSPORTS = ("udp", "tcp")
+TCP_OVER_UDP_MAX = 2.5  # CPU per frame, TCP / UDP at the same load (docs/benchmarks.md: why)
+ACCEPTOR_OVER_REUSEPORT_MIN = 1.0
+PACED_FRACTION = 0.95  # a window counts when the generator offered at least this of its rate
+IDLE_CPU_FRACTION = 0.01  # the worker is idle (settled) below this share of a core
 
 
-def _forwarded(relay: RelayProcess, transport: str) -> float:
-    return relay.metric(
-        "rtcedge_relay_packets_total", transport=transport, direction="client_to_transceiver"
-    )
+@dataclass(frozen=True)
+class BenchConfig:
+    rounds: int = 6
+    window_s: float = 3.0
+    rate_fps: int = 40_000  # frames per second offered in every window, both transports
+    flows: int = 50  # UDP flows, and as many TCP connections
+    payload_bytes: int = 172  # RTP header (12 B) + 20 ms of G.711 (160 B)
+    max_frames_per_window: int = 2_000_000
+    accept: bool = True
+    accept_rounds: int = 6
+    accept_connections: int = 2000  # per round and design
+    out_dir: str = str(RESULTS_DIR)
+    quick: bool = False  # a smoke test: the criteria are not judged
+
+    def window_step_s(self) -> float:
+        return self.window_s + 0.5  # the window, then the worker settles
+
+    def accept_step_s(self) -> float:
+        return 0.2 + self.accept_connections * 200e-6
 
 
-def _settled(relay: RelayProcess, worker: int, timeout_s: float = 30.0) -> None:
+@dataclass
+class Window:
+    """One transport's window in one round."""
+
+    transport: str
+    round: int
+    offered_frames: int
+    refused_frames: int  # due, but the socket's buffer was full
+    wall_s: float
+    forwarded_frames: int  # the worker's own counter, after it settled
+    dropped_frames: int  # the relay's drop counter for this transport
+    cpu_us: float  # the worker's, from the window's start until it was idle again
+    cpu_us_per_frame: float
+    worker_busy: float  # the worker's CPU time during the window over its wall time
+    paced: bool  # the generator offered at least PACED_FRACTION of the rate
+
+    @property
+    def counted(self) -> bool:
+        return self.paced and self.forwarded_frames > 0
+
+
+# -- frames: the measurement -----------------------------------------------------------------------
+def worker_cpu_ns(pid: int) -> int:
+    return process_cpu_ns(pid)[0]
+
+
+def settle(worker: int, timeout_s: float = 10.0) -> None:
     """Wait until the worker has forwarded what was queued: its CPU time stops growing."""
-    deadline = time.monotonic() + timeout_s
-    last = cpu_ns(worker)
-    while time.monotonic() < deadline:
+    deadline = Deadline.after(timeout_s)
+    last = worker_cpu_ns(worker)
+    while not deadline.passed():
         time.sleep(0.2)
-        now = cpu_ns(worker)
-        if now - last < 2_000_000:  # < 1 % of the interval: idle
+        now = worker_cpu_ns(worker)
+        if now - last < IDLE_CPU_FRACTION * 0.2e9:
             return
         last = now
 
 
-def _open_udp(relay: RelayProcess, n: int) -> Generator:
-    """bench.udp_load's generator (one sendmmsg per socket, round robin), its flows confirmed."""
-    gen = Generator(n, rtp_like_payload(PAYLOAD_BYTES), UDP_BATCH)
-    for s in gen.socks:
-        s.settimeout(5)
-        s.sendto(hint_request(relay.keyring, relay.cluster, TID)[0], relay.address)
-        stun.parse(s.recv(2048))
-        s.setblocking(False)
-    return gen
+def relay_counter(relay: RelayProcess, name: str, transport: str) -> float:
+    if name == "packets":
+        return relay.metric(
+            "rtcedge_relay_packets_total", transport=transport, direction="client_to_transceiver"
+        )
+    return relay.metric("rtcedge_relay_dropped_packets_total", transport=transport)
 
 
-def _open_tcp(relay: RelayProcess, n: int) -> list[socket.socket]:
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(relay.tcp_address, timeout=5)
-        s.sendall(frame(hint_request(relay.keyring, relay.cluster, TID)[0]))
-        decoder, got = FrameDecoder(0xFFFF), []
-        while not got:
-            got = decoder.feed(s.recv(4096))
-        stun.parse(got[0])
-        s.setblocking(False)
-        socks.append(s)
-    return socks
+def measure_window(
+    relay: RelayProcess, worker: int, transport: str, load: tuple[list, bytes], cfg: BenchConfig,
+    round_no: int,
+) -> Window:  # fmt: skip
+    socks, data = load
+    settle(worker)  # nothing of the last window is still queued
+    frames_before = relay_counter(relay, "packets", transport)
+    drops_before = relay_counter(relay, "drops", transport)
+    cpu_before = worker_cpu_ns(worker)
+    offered = paced_send(socks, data, cfg.rate_fps, cfg.window_s, cfg.max_frames_per_window)
+    busy_ns = worker_cpu_ns(worker) - cpu_before
+    settle(worker)  # what was queued is forwarded, counted, and its CPU time with it
+    cpu_us = (worker_cpu_ns(worker) - cpu_before) / 1000
+    frames = round(relay_counter(relay, "packets", transport) - frames_before)
+    wanted = min(cfg.rate_fps * cfg.window_s, cfg.max_frames_per_window)
+    return Window(
+        transport=transport,
+        round=round_no,
+        offered_frames=offered.frames,
+        refused_frames=offered.refused,
+        wall_s=offered.wall_s,
+        forwarded_frames=frames,
+        dropped_frames=round(relay_counter(relay, "drops", transport) - drops_before),
+        cpu_us=cpu_us,
+        cpu_us_per_frame=cpu_us / frames if frames else float("inf"),
+        worker_busy=busy_ns / 1e9 / offered.wall_s if offered.wall_s > 0 else 0.0,
+        paced=offered.frames >= PACED_FRACTION * wanted,
+    )
 
 
-def _udp_window(gen: Generator, address: tuple[str, int], seconds: float) -> None:
-    gen.offer(address, 0.0, seconds, MAX_PACKETS, time.monotonic)  # snapshots unused
+def measure_frames(
+    relay: RelayProcess, worker: int, loads: dict[str, tuple[list, bytes]], cfg: BenchConfig,
+    progress: Progress,
+) -> list[Window]:  # fmt: skip
+    """One window per transport per round, the order swapped every round."""
+    windows = []
+    for r in range(cfg.rounds):
+        for transport in TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]:
+            w = measure_window(relay, worker, transport, loads[transport], cfg, r)
+            windows.append(w)
+            progress.step(
+                f"round {r + 1}/{cfg.rounds} {transport} {w.forwarded_frames:>9,} frames "
+                f"{w.cpu_us_per_frame:7.3f} CPU us/frame  worker busy {100 * w.worker_busy:5.1f}%"
+                + ("" if w.paced else "  NOT PACED (the generator fell behind)")
+            )
+    return windows
 
 
-def _tcp_window(socks: list[socket.socket], frames_per_write: int, seconds: float) -> None:
-    chunk = frame(rtp_like_payload(PAYLOAD_BYTES)) * frames_per_write
-    pending = {s: memoryview(b"") for s in socks}
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for s in socks:
-            data = pending[s] or memoryview(chunk)
-            try:
-                sent = s.send(data)
-            except BlockingIOError:
-                sent = 0
-            pending[s] = data[sent:]  # keep the framing intact: finish a write before the next
-    for s, rest in pending.items():  # never leave a half frame: the relay closes it (stalled)
-        s.setblocking(True)
-        s.sendall(rest)
-        s.setblocking(False)
-
-
-def measure(flows: int, rounds: int, window_s: float, frames_per_write: int) -> dict[str, Any]:
-    with own_cpus_restored() as cpus, StandInTransceiver(TID, echo=False) as standin:
-        ordered = sorted(cpus)
-        relay = RelayProcess({TID: standin.address}, workers=1, tcp=True)
-        with relay:
-            (worker,) = relay.worker_pids()
-            if len(ordered) > 1:
-                pin_process(os.getpid(), set(ordered[1:]))
-                pin_process(relay.proc.pid, set(ordered[1:]))  # type: ignore[union-attr]
-            udp = _open_udp(relay, flows)
-            tcp = _open_tcp(relay, flows)
-            standin.reading = False  # a sink from now on
-            samples: dict[str, list[float]] = {"udp": [], "tcp": []}
-            forwarded = {"udp": 0.0, "tcp": 0.0}
-            busy: dict[str, list[float]] = {"udp": [], "tcp": []}  # worker CPU / wall, window
-            for r in range(rounds):
-                order = ("udp", "tcp") if r % 2 == 0 else ("tcp", "udp")
-                for transport in order:
-                    _settled(relay, worker)  # nothing of the last window is still queued
-                    before_frames = _forwarded(relay, transport)
-                    before_cpu = cpu_ns(worker)
-                    started = time.monotonic()
-                    if transport == "udp":
-                        _udp_window(udp, relay.address, window_s)
-                    else:
-                        _tcp_window(tcp, frames_per_write, window_s)
-                    window_cpu_us = (cpu_ns(worker) - before_cpu) / 1000
-                    busy[transport].append(window_cpu_us / 1e6 / (time.monotonic() - started))
-                    _settled(relay, worker)  # what was queued is forwarded, and counted
-                    frames = _forwarded(relay, transport) - before_frames
-                    spent_us = (cpu_ns(worker) - before_cpu) / 1000
-                    if frames:
-                        samples[transport].append(spent_us / frames)
-                        forwarded[transport] += frames
-            udp.close()
-            for s in tcp:
-                s.close()
-    udp_us = statistics.median(samples["udp"])
-    tcp_us = statistics.median(samples["tcp"])
+def frames_section(
+    cfg: BenchConfig, allowed: set[int], notes: list[str], progress: Progress, echo: Echo
+) -> dict[str, Any]:
+    """The relay and its flows of both transports, the windows, torn down by PID."""
+    with contextlib.ExitStack() as stack:
+        standin = stack.enter_context(StandInTransceiver(TID, echo=False))
+        relay = RelayProcess(
+            {TID: standin.address},
+            workers=1,
+            tcp=True,
+            # Nothing answers the flows after set-up, so nothing refreshes them: keep them (and
+            # the connections) for the whole run; and all of them come from one source prefix.
+            extra_args=[
+                "--idle-ttl", str(max(45, int(4 * expected_run_s(cfg)))),
+                "--tcp-max-per-prefix", str(max(64, cfg.flows)),
+            ],
+        )  # fmt: skip
+        stack.callback(relay.stop)
+        relay.start()
+        (worker,) = relay.worker_pids()
+        worker_cpu, gen_cpus = place_generator(relay, allowed, notes)
+        pin_process(os.getpid(), gen_cpus)
+        pin_process(relay.proc.pid, gen_cpus)  # type: ignore[union-attr]
+        udp = open_udp_flows(relay, cfg.flows, TID)
+        stack.callback(close_all, udp)
+        tcp = open_tcp_flows(relay, cfg.flows, TID)
+        stack.callback(close_all, tcp)
+        silence(standin)  # a sink from now on, at no CPU cost
+        echo(
+            f"relay: 1 worker {worker} on CPU {worker_cpu}, {cfg.flows} UDP flows and "
+            f"{cfg.flows} TCP connections confirmed; generator on CPUs {sorted(gen_cpus)}"
+        )
+        payload = rtp_like_payload(cfg.payload_bytes)
+        loads = {"udp": (udp, payload), "tcp": (tcp, frame(payload))}
+        windows = measure_frames(relay, worker, loads, cfg, progress)
     return {
-        "benchmark": "relay_tcp",
-        "flows": flows,
-        "rounds": rounds,
-        "window_s": window_s,
-        "frames_per_write": frames_per_write,
-        "payload_bytes": PAYLOAD_BYTES,
-        "cpu_us_per_frame": {"udp": round(udp_us, 3), "tcp": round(tcp_us, 3)},
-        "tcp_over_udp": round(tcp_us / udp_us, 2),
-        "frames_forwarded": forwarded,
-        "samples_us": {k: [round(v, 3) for v in vs] for k, vs in samples.items()},
-        # Under 0.9 the generator, not the worker, was the limit: a worker that is not
-        # saturated pays more per frame (wake-ups, small batches).
-        "worker_busy": {k: [round(v, 2) for v in vs] for k, vs in busy.items()},
+        "cpus": {"worker": worker_cpu, "generator": sorted(gen_cpus)},
+        "transports": {
+            t: {
+                "summary": summarize([w for w in windows if w.transport == t]),
+                "windows": [
+                    {**asdict(w), "counted": w.counted} for w in windows if w.transport == t
+                ],
+            }
+            for t in TRANSPORTS
+        },
+        "tcp_over_udp": round_ratios(windows),
+        "tcp_over_udp_max": TCP_OVER_UDP_MAX,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 1 s windows")
-    parser.add_argument("--flows", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--window", type=float, default=2.0, help="seconds per window")
-    parser.add_argument("--frames-per-write", type=int, default=1)
-    args = parser.parse_args(argv)
-    rounds, window = (2, 1.0) if args.quick else (args.rounds, args.window)
-    result = measure(args.flows, rounds, window, args.frames_per_write)
-    json.dump(result, sys.stdout)
-    print()
-    return 0
+def summarize(windows: list[Window]) -> dict[str, Any]:
+    counted = [w for w in windows if w.counted]
+    return {
+        "rounds": len(windows),
+        "counted_rounds": len(counted),
+        "frames_forwarded": sum(w.forwarded_frames for w in windows),
+        "cpu_us_per_frame": spread([w.cpu_us_per_frame for w in counted]),
+        "worker_busy": spread([w.worker_busy for w in counted]),
+        "frames_per_s": spread([w.offered_frames / w.wall_s for w in counted]),
+    }
+
+
+def round_ratios(windows: list[Window]) -> dict[str, Any]:
+    """Per round TCP / UDP CPU per frame, over the rounds where both windows counted."""
+    by_round: dict[int, dict[str, Window]] = {}
+    for w in windows:
+        by_round.setdefault(w.round, {})[w.transport] = w
+    per_round = [
+        {"round": r, "ratio": ws["tcp"].cpu_us_per_frame / ws["udp"].cpu_us_per_frame}
+        for r, ws in sorted(by_round.items())
+        if len(ws) == 2 and ws["tcp"].counted and ws["udp"].counted
+    ]
+    return {"per_round": per_round, **spread([x["ratio"] for x in per_round])}
+
+
+# -- accept ----------------------------------------------------------------------------------------
+def accept_section(cfg: BenchConfig, progress: Progress) -> dict[str, Any]:
+    """Server CPU per connection of both designs, interleaved rounds (``bench/tcp_accept.py``)."""
+    samples: dict[str, list[float]] = {d: [] for d in tcp_accept.DESIGNS}
+    with tcp_accept.servers() as running:
+        for r in range(cfg.accept_rounds):
+            for design in tcp_accept.DESIGNS[:: -1 if r % 2 else 1]:
+                port, pids = running[design]
+                us = tcp_accept.server_cpu_us_per_connection(port, pids, cfg.accept_connections)
+                samples[design].append(us)
+                progress.step(
+                    f"round {r + 1}/{cfg.accept_rounds} {design:9} {cfg.accept_connections} "
+                    f"connections {us:7.1f} server CPU us/connection"
+                )
+    ratios = [a / b for a, b in zip(samples["acceptor"], samples["reuseport"], strict=True)]
+    return {
+        "workers": tcp_accept.WORKERS,
+        "connections_per_round": cfg.accept_connections,
+        "designs": {d: {"samples_us": v, **spread(v)} for d, v in samples.items()},
+        "acceptor_over_reuseport": {"per_round": ratios, **spread(ratios)},
+    }
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def expected_run_s(cfg: BenchConfig) -> float:
+    accept = 2 * cfg.accept_rounds * cfg.accept_step_s() if cfg.accept else 0.0
+    return 2 * cfg.rounds * cfg.window_step_s() + accept + 5.0
+
+
+def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
+    started = utc_now()
+    notes: list[str] = []
+    steps = [cfg.window_step_s()] * (2 * cfg.rounds)
+    if cfg.accept:
+        steps += [cfg.accept_step_s()] * (2 * cfg.accept_rounds)
+    progress = Progress(steps, echo)
+    progress.announce(
+        f"measuring {cfg.rounds} rounds x udp, tcp at {cfg.rate_fps:,} frames/s"
+        + (f", then {cfg.accept_rounds} rounds x 2 accept designs" if cfg.accept else "")
+    )
+    with own_cpus_restored() as allowed:
+        frames = frames_section(cfg, allowed, notes, progress, echo)
+    # Forked only now: the frames section's threads (the stand-in's) are gone.
+    accept = accept_section(cfg, progress) if cfg.accept else {"skipped": "--no-accept"}
+    result = run_header("relay_tcp", started, allowed, cfg)
+    result["notes"] = notes
+    result["cpus"] = frames.pop("cpus")
+    result["frames"] = frames
+    result["accept"] = accept
+    result["criteria"] = criteria(result)
+    return result
+
+
+def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
+    ratio = result["frames"]["tcp_over_udp"]
+    out = [
+        spread_criterion(
+            f"cpu per frame tcp/udp <= {TCP_OVER_UDP_MAX}",
+            ratio,
+            ratio["median"] <= TCP_OVER_UDP_MAX,
+            "at the same offered load",
+        )
+    ]
+    if "skipped" not in result["accept"]:
+        acc = result["accept"]["acceptor_over_reuseport"]
+        out.append(
+            spread_criterion(
+                f"server cpu per connection acceptor/reuseport >= {ACCEPTOR_OVER_REUSEPORT_MIN}",
+                acc,
+                acc["median"] >= ACCEPTOR_OVER_REUSEPORT_MIN,
+            )
+        )
+    return out
+
+
+def spread_criterion(name: str, ratio: dict[str, Any], ok: bool, how: str = "") -> dict[str, Any]:
+    """A criterion on the median of per-round ratios; not met without a counted round."""
+    return {
+        "name": name,
+        "value": ratio["median"],
+        "pass": bool(ratio["n"] > 0 and ok),
+        "detail": f"median {ratio['median']:.2f} (min {ratio['min']:.2f}, max "
+        f"{ratio['max']:.2f}) over {ratio['n']} rounds" + (f" {how}" if how else ""),
+    }
+
+
+# -- the report ------------------------------------------------------------------------------------
+def print_report(result: dict[str, Any], echo: Echo) -> None:
+    cfg = result["config"]
+    echo("")
+    echo(
+        f"relay_tcp: {cfg['rounds']} rounds x {cfg['window_s']} s per transport at "
+        f"{cfg['rate_fps']:,} frames/s, {cfg['flows']} flows each, {cfg['payload_bytes']}-byte "
+        f"payloads, 1 relay worker on CPU {result['cpus']['worker']}, generator on CPUs "
+        f"{result['cpus']['generator']}"
+    )
+    echo(
+        f"{'transport':10} {'CPU us/frame median (min-max)':32} {'worker busy':>12} "
+        f"{'frames':>10} {'counted':>8}"
+    )
+    for name, t in result["frames"]["transports"].items():
+        s = t["summary"]
+        busy = s["worker_busy"]["median"]
+        echo(
+            f"{name:10} {fmt_spread(s['cpu_us_per_frame'], '{:.3f}'):32} "
+            f"{'-' if s['worker_busy']['n'] == 0 else f'{100 * busy:.1f}%':>12} "
+            f"{s['frames_forwarded']:>10,} {s['counted_rounds']:>5}/{s['rounds']}"
+        )
+    ratio = result["frames"]["tcp_over_udp"]
+    per_round = ", ".join(f"{x['ratio']:.2f}" for x in ratio["per_round"])
+    echo(f"CPU per frame tcp/udp: {fmt_spread(ratio, '{:.2f}')}; per round: {per_round or '-'}")
+    accept = result["accept"]
+    echo("")
+    if "skipped" in accept:
+        echo(f"accept designs: skipped ({accept['skipped']})")
+    else:
+        echo(
+            f"accept designs, {accept['workers']} workers, {accept['connections_per_round']} "
+            "connections per round (server CPU us/connection):"
+        )
+        for name, d in accept["designs"].items():
+            echo(f"{name:10} {fmt_spread(d, '{:.1f}')}")
+        echo(f"acceptor/reuseport: {fmt_spread(accept['acceptor_over_reuseport'], '{:.2f}')}")
+    echo("")
+    for line in verdict_lines(result):
+        echo(line)
+
+
+EXAMPLES = """
+\b
+Examples:
+  rtcedge bench tcp                  # 6 rounds x 3 s per transport, then the accept designs
+  rtcedge bench tcp --quick          # smoke test: 2 rounds of 1 s, a short accept section
+  rtcedge bench tcp --rate 20000 --no-accept
+\b
+Prints a line per window as it goes, then a table and PASS/FAIL for its criteria (a --quick run
+does not judge them), writes the JSON result and its plot, and exits 0 whatever the figures are.
+"""
+
+
+@click.command("tcp", epilog=EXAMPLES)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=6,
+    show_default=True,
+    help="Interleaved rounds; each transport gets one window per round, and each accept design "
+    "one round of connections.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.1, max=60),
+    default=3.0,
+    show_default=True,
+    help="Length of one window.",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(min=1000, max=500_000),
+    default=40_000,
+    show_default=True,
+    help="Frames per second offered in every window, both transports (below what one worker "
+    "takes over TCP, so that both windows do the same work).",
+)
+@click.option(
+    "--flows",
+    type=click.IntRange(min=1, max=1000),
+    default=50,
+    show_default=True,
+    help="UDP flows, and as many TCP connections.",
+)
+@click.option(
+    "--payload",
+    type=click.IntRange(min=16, max=1400),
+    default=172,
+    show_default=True,
+    help="Datagram size in bytes (RTP-like, first byte 0x80); a TCP frame adds 2.",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(min=1000),
+    default=2_000_000,
+    show_default=True,
+    help="Frame bound of one window.",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=10, max=100_000),
+    default=2000,
+    show_default=True,
+    help="Connections per round and accept design.",
+)
+@click.option("--no-accept", is_flag=True, help="Leave out the accept designs' section.")
+@out_option
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="2 rounds of 1 s, 300 connections: a smoke test, not a measurement.",
+)
+def tcp_bench(
+    rounds: int,
+    seconds: float,
+    rate: int,
+    flows: int,
+    payload: int,
+    max_frames: int,
+    connections: int,
+    no_accept: bool,
+    out_dir: str,
+    quick: bool,
+) -> None:
+    """CPU per frame over ICE-TCP vs UDP through one relay worker; accept designs."""
+    if quick:
+        rounds, seconds, connections = 2, 1.0, 300
+    cfg = BenchConfig(
+        rounds=rounds,
+        window_s=seconds,
+        rate_fps=rate,
+        flows=flows,
+        payload_bytes=payload,
+        max_frames_per_window=max_frames,
+        accept=not no_accept,
+        accept_rounds=rounds,
+        accept_connections=connections,
+        out_dir=out_dir,
+        quick=quick,
+    )
+    run_and_report("relay_tcp", lambda: run(cfg), print_report, cfg.out_dir, relay_tcp_figure)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    tcp_bench()

@@ -278,8 +278,13 @@ def _add_health(app: web.Application, server: TransceiverServer) -> None:
         return web.Response(text="ok\n")
 
     async def readyz(request: web.Request) -> web.Response:
-        if server.draining:
-            return web.Response(status=503, text="draining\n")
+        # Ready follows admission: not ready while draining or while a new session would be
+        # refused (the session limit, or no headroom by load), so that the signaling Service
+        # sends new calls elsewhere. Live calls are untouched: their media goes by the
+        # headless Service's per-pod name, which keeps not-ready pods (docs/deploy.md).
+        refusal = server.capacity_refusal()
+        if refusal is not None:
+            return web.Response(status=503, text=f"{refusal.text}\n")
         return web.Response(text=f"ready, {len(server.sessions)} sessions\n")
 
     app.router.add_get("/healthz", healthz)

@@ -52,6 +52,11 @@ class TransceiverMetrics:
         self.sessions_active = Gauge(
             "rtcedge_transceiver_sessions_active", "Sessions not yet ended.", registry=r
         )
+        self.session_utilization = Gauge(
+            "rtcedge_transceiver_session_utilization",
+            "Sessions not yet ended over --max-sessions (0-1): what an autoscaler keeps pods at.",
+            registry=r,
+        )
         self.client_addresses = Gauge(
             "rtcedge_transceiver_client_addresses",
             "Client addresses the sessions can be reached at (one per call, more for a while"

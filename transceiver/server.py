@@ -185,7 +185,7 @@ class TransceiverServer:
         )
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)
-        self.metrics.sessions_active.inc()
+        self._count_sessions()
         self.metrics.sessions_started.inc()
         self.metrics.region_sessions.labels(choice.region).inc()
         try:
@@ -208,8 +208,13 @@ class TransceiverServer:
         """Called once by a session's teardown (its on_closed): drop every entry it had."""
         if self.sessions.pop(session.id, None) is not None:
             self.demux.remove(session.ufrag)
-            self.metrics.sessions_active.dec()
+            self._count_sessions()
             self.metrics.sessions_ended.labels(reason).inc()
+
+    def _count_sessions(self) -> None:
+        """The gauges of live sessions, after one started or ended: how many, and how full."""
+        self.metrics.sessions_active.set(len(self.sessions))
+        self.metrics.session_utilization.set(len(self.sessions) / self.config.max_sessions)
 
     async def _watch(self) -> None:
         while True:

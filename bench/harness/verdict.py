@@ -3,6 +3,8 @@ and too small to meet a criterion, so it does not judge one rather than print FA
 
 from __future__ import annotations
 
+from typing import Any
+
 QUICK_SKIP = "SKIP (quick run: criterion not judged)"
 
 
@@ -10,3 +12,10 @@ def verdict(passed: bool, quick: bool) -> str:
     if quick:
         return QUICK_SKIP
     return "PASS" if passed else "FAIL"
+
+
+def verdict_lines(result: dict[str, Any]) -> list[str]:
+    """A report's last lines: each criterion with its verdict, then the run's notes."""
+    quick = result["config"].get("quick", False)
+    lines = [f"{verdict(c['pass'], quick)} {c['name']}: {c['detail']}" for c in result["criteria"]]
+    return lines + [f"note: {note}" for note in result.get("notes", [])]

@@ -13,10 +13,12 @@ from bench.plots.connect import connect_figure
 from bench.plots.geo import geo_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
+from bench.plots.relay_tcp import relay_tcp_figure
 from bench.plots.sessions import sessions_figure
 
 FIGURES: dict[str, Draw] = {
     "relay_pps": relay_figure,
+    "relay_tcp": relay_tcp_figure,
     "sessions": sessions_figure,
     "recovery": recovery_figure,
     "geo": geo_figure,

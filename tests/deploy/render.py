@@ -19,6 +19,9 @@ import helm_python as helm
 import yaml
 from helm_python import _native
 
+from relay import cli as relay_cli
+from transceiver import cli as transceiver_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rtcedge"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -149,3 +152,22 @@ def expand(args: list[str], env: dict[str, str]) -> list[str]:
             arg = arg.replace(f"$({name})", value)
         out.append(arg)
     return out
+
+
+def relay_config(objects: list[dict[str, Any]], monkeypatch: Any) -> Any:
+    """The RelayConfig the relay pod's command line makes, built by the real ``relay serve``."""
+    relay = workload(objects, "relay")
+    args = expand(container(relay)["args"], resolve_env(relay, "10.1.2.3", monkeypatch))
+    serve = relay_cli.main.commands["serve"]
+    return relay_cli.build_config(serve.make_context("serve", list(args)).params)
+
+
+def transceiver_config(objects: list[dict[str, Any]], monkeypatch: Any) -> Any:
+    """The TransceiverConfig of transceiver pod 1, built by the real ``transceiver serve``."""
+    trx = workload(objects, "transceiver")
+    c = container(trx)
+    args = expand(c["args"], resolve_env(trx, "10.9.9.9", monkeypatch))
+    if c["command"][0] == "/bin/sh":
+        args = ["--id", "1", *args]
+    serve = transceiver_cli.main.commands["serve"]
+    return transceiver_cli.build_config(serve.make_context("serve", list(args)).params)

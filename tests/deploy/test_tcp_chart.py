@@ -6,39 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from relay import cli as relay_cli
 from tests.deploy.render import (
     PUBLIC,
     ci_values,
     container,
-    expand,
     find,
     merge,
     one,
+    relay_config,
     render,
-    resolve_env,
+    transceiver_config,
     workload,
 )
-from transceiver import cli as transceiver_cli
 
 TCP_ON = {"relay": {"tcp": {"enabled": True}}}
-
-
-def relay_config(objects, monkeypatch):
-    relay = workload(objects, "relay")
-    args = expand(container(relay)["args"], resolve_env(relay, "10.1.2.3", monkeypatch))
-    serve = relay_cli.main.commands["serve"]
-    return relay_cli.build_config(serve.make_context("serve", list(args)).params)
-
-
-def transceiver_config(objects, monkeypatch):
-    trx = workload(objects, "transceiver")
-    c = container(trx)
-    args = expand(c["args"], resolve_env(trx, "10.9.9.9", monkeypatch))
-    if c["command"][0] == "/bin/sh":
-        args = ["--id", "1", *args]
-    serve = transceiver_cli.main.commands["serve"]
-    return transceiver_cli.build_config(serve.make_context("serve", list(args)).params)
 
 
 def test_tcp_is_off_by_default(monkeypatch):

@@ -106,12 +106,55 @@ $(POD_IP):{{ int64 .port }}
       fieldPath: status.podIP
 {{- end }}
 
-{{/* --transceiver-ids: the configured range, or every ordinal of the StatefulSet. */}}
+{{/* --transceiver-ids: the configured range, or every ordinal the StatefulSet may have: its
+replicas, or with autoscaling every ordinal up to maxReplicas (the relays must route to any pod
+the autoscaler may start, before it starts). */}}
 {{- define "rtcedge.relay.transceiverIds" -}}
+{{- include "rtcedge.transceiver.autoscaling.check" . }}
 {{- if .Values.relay.transceiverIds }}
 {{- .Values.relay.transceiverIds }}
 {{- else }}
-{{- printf "0-%d" (sub (int .Values.transceiver.replicas) 1) }}
+{{- printf "0-%d" (sub (int (include "rtcedge.transceiver.maxReplicas" .)) 1) }}
+{{- end }}
+{{- end }}
+
+{{/* The most transceiver pods there may be: replicas, or autoscaling.maxReplicas. */}}
+{{- define "rtcedge.transceiver.maxReplicas" -}}
+{{- $t := .Values.transceiver }}
+{{- if $t.autoscaling.enabled }}{{ int $t.autoscaling.maxReplicas }}{{ else }}{{ int $t.replicas }}{{ end }}
+{{- end }}
+
+{{/* "true" when the id list (relay.transceiverIds' syntax: 0-15 or 0,2,4-6) holds every id
+0..count-1. Call with (dict "ids" "0-9" "count" 10). */}}
+{{- define "rtcedge.idsCover" -}}
+{{- $ranges := list }}
+{{- range splitList "," .ids }}
+{{- $bounds := splitList "-" (trim .) }}
+{{- $ranges = append $ranges (list (int (first $bounds)) (int (last $bounds))) }}
+{{- end }}
+{{- $missing := false }}
+{{- range $id := until (int .count) }}
+{{- $in := false }}
+{{- range $ranges }}
+{{- if and (ge $id (index . 0)) (le $id (index . 1)) }}{{ $in = true }}{{ end }}
+{{- end }}
+{{- if not $in }}{{ $missing = true }}{{ end }}
+{{- end }}
+{{- if not $missing }}true{{ end }}
+{{- end }}
+
+{{/* transceiver.autoscaling: the rules the schema cannot say, each failure naming its value. */}}
+{{- define "rtcedge.transceiver.autoscaling.check" -}}
+{{- $a := .Values.transceiver.autoscaling }}
+{{- if $a.enabled }}
+{{- if gt (int $a.minReplicas) (int $a.maxReplicas) }}
+{{- fail (printf "transceiver.autoscaling.minReplicas (%d) must not exceed transceiver.autoscaling.maxReplicas (%d)" (int $a.minReplicas) (int $a.maxReplicas)) }}
+{{- end }}
+{{- if and .Values.relay.transceiverIds (not (include "rtcedge.idsCover" (dict "ids" .Values.relay.transceiverIds "count" $a.maxReplicas))) }}
+{{- fail (printf "relay.transceiverIds (%s) must cover every id 0-%d: the autoscaler may start any transceiver up to transceiver.autoscaling.maxReplicas (%d), and the relays route only to the ids they know; leave relay.transceiverIds empty to derive it" .Values.relay.transceiverIds (sub (int $a.maxReplicas) 1) (int $a.maxReplicas)) }}
+{{- end }}
+{{- else if ne $a.customMetrics.provider "none" }}
+{{- fail (printf "transceiver.autoscaling.customMetrics.provider=%s needs transceiver.autoscaling.enabled=true" $a.customMetrics.provider) }}
 {{- end }}
 {{- end }}
 

@@ -260,6 +260,7 @@ class EchoCaller:
             jitter.install(self.pc)
         self.echo = EchoTimes()
         self.pc.on("track", self.echo.listen)
+        self.location = ""
 
     async def connect(self, whip_url: str, headers: dict[str, str] | None = None) -> None:
         """Offer over WHIP (with extra request ``headers``, e.g. a region), apply the answer,
@@ -276,6 +277,7 @@ class EchoCaller:
             if resp.status != 201:
                 raise RuntimeError(f"WHIP {resp.status}: {await resp.text()}")
             answer = await resp.text()
+            self.location = resp.headers["Location"]  # the session's resource: DELETE ends it
         await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
         await self.wait_for_echo(time.monotonic(), 15)
 

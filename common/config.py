@@ -39,6 +39,30 @@ def parse_host_port(option: str, text: str) -> tuple[str, int]:
     return host, port_n
 
 
+def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
+    """'ID=HOST:PORT' -> (transceiver id, (host, port)): the relay's --transceiver, the
+    transceiver's --peer-http."""
+    ident, sep, addr = text.partition("=")
+    if not sep:
+        raise ConfigError(option, f"expected ID=HOST:PORT, got {text!r}")
+    try:
+        tid = int(ident)
+    except ValueError:
+        raise ConfigError(option, f"transceiver id must be a number, got {ident!r}") from None
+    if not 0 <= tid <= 0xFFFF:
+        raise ConfigError(option, f"transceiver id {tid} out of range 0..65535")
+    return tid, parse_host_port(option, addr)
+
+
+def check_id_template(option: str, template: str) -> tuple[str, int]:
+    """A DNS template such as 'rtcedge-transceiver-{id}.rtcedge-transceiver-headless:8080' (the
+    relay's --transceiver-dns, the transceiver's --peer-http-dns): it must name {id} and a port.
+    Returns the (host, port) of id 0, for the caller's further checks."""
+    if "{id}" not in template:
+        raise ConfigError(option, "the template must contain {id}")
+    return parse_host_port(option, template.replace("{id}", "0"))
+
+
 def format_host_port(host: str, port: int) -> str:
     """The inverse of ``parse_host_port``: 'HOST:PORT', an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -10,6 +10,9 @@ exactly ICE's ice-char set, RFC 8839):
 
     ver_key (1: version << 4 | key id) | cluster (1) | transceiver id (2) |
     issued-at unix minutes (4) | nonce (7) | tag (12) = HMAC-SHA256(key, DOMAIN + body)[:12]
+
+``seal``/``unseal`` (version, key id, tag) and ``check_age`` are shared with the other values
+signed with the same keyring (``common.sessionid``), each under its own domain string.
 """
 
 import base64
@@ -33,7 +36,11 @@ __all__ = [
     "Keyring",
     "KeyringError",
     "RoutingHint",
+    "check_age",
+    "seal",
     "sign_hint",
+    "unix_minutes",
+    "unseal",
     "verify_hint",
 ]
 
@@ -46,8 +53,8 @@ DOMAIN = b"rtcedge/ice-hint/v1\x00"
 MAX_KEY_ID = 15
 MIN_SECRET_LEN = 16
 
-_BODY = struct.Struct("!BBHI7s")  # ver_key, cluster, transceiver id, issued-at minutes, nonce
-BODY_LEN = _BODY.size  # 15
+_FIELDS = struct.Struct("!BHI7s")  # cluster, transceiver id, issued-at minutes, nonce
+BODY_LEN = 1 + _FIELDS.size  # 15: ver_key, then the fields
 HINT_LEN_BYTES = BODY_LEN + TAG_LEN  # 27
 HINT_LEN_CHARS = HINT_LEN_BYTES * 4 // 3  # 36; 27 is a multiple of 3, so base64 needs no '='
 
@@ -173,8 +180,42 @@ class Keyring:
         return Keyring({key_id: secrets.token_bytes(32)}, key_id)
 
 
-def _tag(key: bytes, body: bytes) -> bytes:
-    return hmac.digest(key, DOMAIN + body, "sha256")[:TAG_LEN]
+def _tag(key: bytes, domain: bytes, body: bytes) -> bytes:
+    return hmac.digest(key, domain + body, "sha256")[:TAG_LEN]
+
+
+def seal(keyring: Keyring, domain: bytes, fields: bytes) -> bytes:
+    """``ver_key | fields | tag``: the signing shared by every keyring-signed format (the hint,
+    ``common.sessionid``). ``domain`` keeps the formats apart: a value signed as one never
+    verifies as another."""
+    key_id = keyring.signing_key_id
+    body = bytes(((VERSION << 4) | key_id,)) + fields
+    return body + _tag(keyring.keys[key_id], domain, body)
+
+
+def unseal(
+    keyring: Keyring, domain: bytes, raw: bytes, error: type[HintError] = HintError
+) -> tuple[int, bytes]:
+    """The inverse of ``seal``: (key id, fields), or ``error`` with reason version, unknown_key
+    or bad_tag. The caller checks the length first (a format has one length)."""
+    ver_key = raw[0]
+    if ver_key >> 4 != VERSION:
+        raise error("version")
+    key = keyring.keys.get(ver_key & 0x0F)
+    if key is None:
+        raise error("unknown_key")
+    body = raw[:-TAG_LEN]
+    if not hmac.compare_digest(_tag(key, domain, body), raw[-TAG_LEN:]):
+        raise error("bad_tag")
+    return ver_key & 0x0F, body[1:]
+
+
+def unix_minutes(now_s: float) -> int:
+    """The issued-at field of a signed value: whole unix minutes, in 32 bits."""
+    minutes = int(now_s // 60)
+    if not 0 <= minutes <= 0xFFFFFFFF:
+        raise ValueError(f"time {now_s} outside the 32-bit minutes of a signed value")
+    return minutes
 
 
 def sign_hint(
@@ -191,20 +232,23 @@ def sign_hint(
         raise ValueError(f"transceiver id {transceiver_id} outside 0..65535")
     if len(nonce) != NONCE_LEN:
         raise ValueError(f"nonce must be {NONCE_LEN} bytes")
-    issued_at_min = int(now_s // 60)
-    if not 0 <= issued_at_min <= 0xFFFFFFFF:
-        raise ValueError(f"time {now_s} outside the hint's range")
-    key_id = keyring.signing_key_id
-    body = _BODY.pack((VERSION << 4) | key_id, cluster, transceiver_id, issued_at_min, bytes(nonce))
-    return base64.b64encode(body + _tag(keyring.keys[key_id], body)).decode("ascii")
+    fields = _FIELDS.pack(cluster, transceiver_id, unix_minutes(now_s), bytes(nonce))
+    return base64.b64encode(seal(keyring, DOMAIN, fields)).decode("ascii")
 
 
-def _check_age(hint: RoutingHint, now_s: float, max_age_s: float, max_skew_s: float) -> None:
-    issued_at_s = hint.issued_at_min * 60
+def check_age(
+    issued_at_min: int,
+    now_s: float,
+    max_age_s: float,
+    max_skew_s: float,
+    error: type[HintError] = HintError,
+) -> None:
+    """``error`` expired or future, for a value signed ``issued_at_min`` (unix minutes)."""
+    issued_at_s = issued_at_min * 60
     if now_s - issued_at_s > max_age_s:
-        raise HintError("expired")
+        raise error("expired")
     if issued_at_s - now_s > max_skew_s:
-        raise HintError("future")
+        raise error("future")
 
 
 def verify_hint(
@@ -228,18 +272,10 @@ def verify_hint(
         raise HintError("malformed") from None
     if len(raw) != HINT_LEN_BYTES:  # '=' padding inside 36 characters
         raise HintError("malformed")
-    ver_key = raw[0]
-    if ver_key >> 4 != VERSION:
-        raise HintError("version")
-    key = keyring.keys.get(ver_key & 0x0F)
-    if key is None:
-        raise HintError("unknown_key")
-    body = raw[:BODY_LEN]
-    if not hmac.compare_digest(_tag(key, body), raw[BODY_LEN:]):
-        raise HintError("bad_tag")
-    _, cluster, transceiver_id, issued_at_min, nonce = _BODY.unpack(body)
-    hint = RoutingHint(ver_key & 0x0F, cluster, transceiver_id, issued_at_min, nonce)
-    _check_age(hint, now_s, max_age_s, max_skew_s)
+    key_id, fields = unseal(keyring, DOMAIN, raw)
+    cluster, transceiver_id, issued_at_min, nonce = _FIELDS.unpack(fields)
+    hint = RoutingHint(key_id, cluster, transceiver_id, issued_at_min, nonce)
+    check_age(hint.issued_at_min, now_s, max_age_s, max_skew_s)
     return hint
 
 
@@ -282,7 +318,7 @@ class HintVerifier:
         hint = self._cache.get(ufrag)
         if hint is not None:
             try:
-                _check_age(hint, now_s, self.max_age_s, self.max_skew_s)
+                check_age(hint.issued_at_min, now_s, self.max_age_s, self.max_skew_s)
             except HintError:
                 del self._cache[ufrag]
                 raise

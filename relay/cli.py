@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from common.config import ConfigError, load_keyring, parse_host_port
+from common.config import ConfigError, load_keyring, parse_host_port, parse_transceiver
 from common.options import (
     env_option,
     log_level_option,
@@ -20,7 +20,6 @@ from relay.config import (
     parse_id_range,
     parse_networks,
     parse_route,
-    parse_transceiver,
     redis_password,
 )
 from relay.flowcache import RedisAuth

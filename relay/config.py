@@ -11,26 +11,12 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from common.config import ConfigError, address_family, parse_host_port
+from common.config import ConfigError, address_family, check_id_template, parse_host_port
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
 from relay.framing import MAX_RFC4571_FRAME
 from relay.tcpconns import TcpLimits
-
-
-def parse_transceiver(option: str, text: str) -> tuple[int, tuple[str, int]]:
-    """'ID=HOST:PORT' -> (id, (host, port))."""
-    ident, sep, addr = text.partition("=")
-    if not sep:
-        raise ConfigError(option, f"expected ID=HOST:PORT, got {text!r}")
-    try:
-        tid = int(ident)
-    except ValueError:
-        raise ConfigError(option, f"transceiver id must be a number, got {ident!r}") from None
-    if not 0 <= tid <= 0xFFFF:
-        raise ConfigError(option, f"transceiver id {tid} out of range 0..65535")
-    return tid, parse_host_port(option, addr)
 
 
 def parse_route(option: str, text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
@@ -187,11 +173,9 @@ class RelayConfig:
         self._validate_tiers()
         self._validate_tcp()
         if self.transceiver_dns:
-            if "{id}" not in self.transceiver_dns:
-                raise ConfigError("--transceiver-dns", "the template must contain {id}")
+            check_id_template("--transceiver-dns", self.transceiver_dns)
             if not self.transceiver_ids:
                 raise ConfigError("--transceiver-ids", "required with --transceiver-dns")
-            parse_host_port("--transceiver-dns", self.transceiver_dns.replace("{id}", "0"))
         if self.dns_interval_s <= 0:
             raise ConfigError("--dns-interval", "must be > 0")
         if self.dns_grace_s < 2 * self.dns_interval_s:

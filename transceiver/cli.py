@@ -12,7 +12,7 @@ from typing import Any
 import click
 from aiohttp import web
 
-from common.config import ConfigError, parse_host_port
+from common.config import ConfigError, parse_host_port, parse_transceiver
 from common.options import (
     ENV_PREFIX,
     env_option,
@@ -332,6 +332,41 @@ def main() -> None:
     help="Advertise only a region's own addresses, without --advertise as its last, "
     "lowest-priority candidate (which keeps calls connecting while a region's edge is down).",
 )
+@env_option(
+    "--peer-http",
+    "peer_http",
+    env="PEER_HTTP",
+    multiple=True,
+    help="ID=HOST:PORT: the WHIP listener of transceiver ID (repeatable; env: space "
+    "separated). A DELETE or PATCH for a session another transceiver owns is passed on to it; "
+    "without an address for the owner it is 404. An entry for this transceiver's own --id is "
+    "ignored, so every transceiver can get the same list.",
+)
+@env_option(
+    "--peer-http-dns",
+    env="PEER_HTTP_DNS",
+    default=None,
+    help="DNS template with {id} for the other transceivers' WHIP listeners, e.g. "
+    "'rtcedge-transceiver-{id}.rtcedge-transceiver-headless:8080' (a StatefulSet's pods under "
+    "its headless Service); --peer-http entries take precedence.",
+)
+@env_option(
+    "--peer-timeout",
+    env="PEER_TIMEOUT",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds a request passed on to its session's transceiver may take in all; then 503 + "
+    "Retry-After.",
+)
+@env_option(
+    "--peer-max-forwards",
+    env="PEER_MAX_FORWARDS",
+    type=int,
+    default=32,
+    show_default=True,
+    help="Requests passed on to other transceivers at once; more are answered 503 + Retry-After.",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
@@ -405,6 +440,12 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
             parse_region_prefix(p) for spec in opts["region_prefixes"] for p in spec.split()
         ),
         backup_candidate=not opts["no_backup_candidate"],
+        peer_http=tuple(
+            parse_transceiver("--peer-http", p) for spec in opts["peer_http"] for p in spec.split()
+        ),
+        peer_http_dns=opts["peer_http_dns"],
+        peer_timeout_s=opts["peer_timeout"],
+        peer_max_forwards=opts["peer_max_forwards"],
     ).validate()
 
 

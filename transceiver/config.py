@@ -9,10 +9,12 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from common.config import ConfigError, address_family
+from common.config import ConfigError, address_family, check_id_template
+from common.hint import Keyring
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.load import LoadLimits
 from transceiver.regions import Addr, RegionTable
+from transceiver.routes import Peers, SessionRouter
 from transceiver.tokens import MIN_SECRET_BYTES
 
 
@@ -57,6 +59,12 @@ class TransceiverConfig:
     region_header: str | None = None  # the request header naming the client's region
     region_prefixes: tuple[tuple[str, str], ...] = ()  # (client CIDR, region name)
     backup_candidate: bool = True  # --advertise last in every region's answer
+    # Where the other transceivers' WHIP ports are, for requests on sessions they own
+    # (transceiver.routes): ID=HOST:PORT entries, and/or a DNS template with {id}.
+    peer_http: tuple[tuple[int, tuple[str, int]], ...] = ()
+    peer_http_dns: str | None = None
+    peer_timeout_s: float = 5.0  # a forwarded request's whole exchange with the owner
+    peer_max_forwards: int = 32  # forwards under way at once; more: 503 + Retry-After
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -133,12 +141,39 @@ class TransceiverConfig:
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         self.region_table()
+        self._validate_peers()
         if self.region_header is not None and not self.trusted_proxies:
             raise ConfigError(
                 "--region-header",
                 "is believed only from a --trusted-proxy: set it to the proxy that sets the header",
             )
         return self
+
+    def _validate_peers(self) -> None:
+        ids = [tid for tid, _ in self.peer_http]
+        for tid in ids:
+            if not 0 <= tid <= 0xFFFF:
+                raise ConfigError("--peer-http", f"transceiver id {tid} out of range 0..65535")
+            if ids.count(tid) > 1:
+                raise ConfigError("--peer-http", f"transceiver id {tid} given twice")
+        if self.peer_http_dns is not None:
+            check_id_template("--peer-http-dns", self.peer_http_dns)
+        if self.peer_timeout_s <= 0:
+            raise ConfigError("--peer-timeout", f"must be > 0, got {self.peer_timeout_s}")
+        if self.peer_max_forwards < 1:
+            raise ConfigError("--peer-max-forwards", f"must be >= 1, got {self.peer_max_forwards}")
+
+    def peers(self) -> Peers:
+        """The other transceivers' WHIP addresses; an entry for this one's own id is never
+        used (the same list can go to every pod)."""
+        return Peers(dict(self.peer_http), self.peer_http_dns)
+
+    def session_router(self, keyring: Keyring) -> SessionRouter:
+        """Resource ids older than the longest session name nothing (issued-at is rounded down
+        to the minute)."""
+        return SessionRouter(
+            keyring, self.cluster, self.transceiver_id, self.peers(), self.max_duration_s + 60
+        )
 
     def region_table(self) -> RegionTable:
         """The regions' chooser (ConfigError naming the option on a bad entry)."""

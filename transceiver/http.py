@@ -3,6 +3,8 @@
 - ``POST /whip`` (application/sdp) -> 201 Created, the SDP answer, ``Location`` and ``ETag``.
 - ``DELETE /whip/{id}`` ends the session; ``PATCH`` is answered 405 with the reason (no trickle,
   no ICE restart: clients are reached through the relay and a restart means a new session).
+  The id is signed and names the owning transceiver (``common.sessionid``): any transceiver
+  takes these requests and passes them on to the owner (``transceiver.routes``, ``.peerhttp``).
 - ``OPTIONS`` and CORS headers, so a page from another origin can call it; optional bearer token
   (a static one, or short-lived signed ones: ``transceiver.tokens``).
 - Errors are plain-text reasons with a precise status: 400 bad offer, 401 token, 404 session,
@@ -29,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from transceiver.backend import BackendError
 from transceiver.load import Refusal
 from transceiver.offer import OfferError, check_offer
+from transceiver.peerhttp import PeerForwarder
 from transceiver.quota import (
     RateLimiter,
     SessionsPerClient,
@@ -37,13 +40,16 @@ from transceiver.quota import (
     from_trusted_proxy,
     retry_after,
 )
+from transceiver.routes import FORWARDED_HEADER, Local, Refused
 from transceiver.server import SessionLimitError, TransceiverServer
+from transceiver.session import Session
 from transceiver.tokens import TokenError, TokenVerifier
 
 log = logging.getLogger("rtcedge.transceiver")
 
 STATIC_DIR = Path(__file__).parent / "static"
 RETRY_AFTER_S = "5"
+PEER_RETRY_AFTER_S = "1"
 PATCH_REASON = (
     "PATCH is not supported: trickled candidates are not used (clients are reached through "
     "the relay) and an ICE restart needs a new session (POST a new offer)"
@@ -64,7 +70,8 @@ class Unauthorized(Exception):
 class Created:
     """What a 201 needs of a new session."""
 
-    id: str
+    id: str  # the call id (Session.id)
+    resource: str  # the signed id of its WHIP URL (Session.resource_id)
     ufrag: str
     answer_sdp: str
 
@@ -116,6 +123,8 @@ def make_app(server: TransceiverServer) -> web.Application:
         RateLimiter(cfg.client_rate_per_s, cfg.client_burst) if cfg.client_rate_per_s else None
     )
     per_client = SessionsPerClient(cfg.client_max_sessions) if cfg.client_max_sessions else None
+    forwarder = PeerForwarder(cfg.transceiver_id, cfg.peer_timeout_s, cfg.peer_max_forwards)
+    app.on_cleanup.append(forwarder.close)
 
     def count(method: str, status: int) -> None:
         server.metrics.whip_requests.labels(method, str(status)).inc()
@@ -182,7 +191,7 @@ def make_app(server: TransceiverServer) -> web.Application:
             status=201,
             text=session.answer_sdp,
             content_type="application/sdp",
-            headers={"Location": f"/whip/{session.id}", "ETag": f'"{session.ufrag}"'},
+            headers={"Location": f"/whip/{session.resource}", "ETag": f'"{session.ufrag}"'},
         )
 
     async def create(
@@ -221,24 +230,59 @@ def make_app(server: TransceiverServer) -> web.Application:
             return fail("POST", 503, "backend unavailable", **{"Retry-After": RETRY_AFTER_S})
         except ValueError as exc:  # e.g. the offer did not BUNDLE as it claimed
             return fail("POST", 400, f"offer rejected: {exc}")
-        return Created(session.id, session.ufrag, session.answer_sdp)
+        return Created(session.id, session.resource_id, session.ufrag, session.answer_sdp)
+
+    def refused(method: str, reason: str) -> web.Response:
+        """A session request nobody here answers: 404, or 503 + Retry-After when trying again
+        may work (busy, owner_failed); counted by reason (``transceiver.routes``)."""
+        server.metrics.session_requests_refused.labels(reason).inc()
+        log.debug("%s of a session refused: %s", method, reason)
+        if reason in ("busy", "owner_failed"):
+            text = "the session's transceiver is busy or failed, try again"
+            return fail(method, 503, text, **{"Retry-After": PEER_RETRY_AFTER_S})
+        return fail(method, 404, "no such session")
+
+    async def owned(request: web.Request) -> Session | web.Response:
+        """The session a DELETE/PATCH names if this transceiver owns it; else the owner's
+        answer (``transceiver.peerhttp``) or a refusal."""
+        method, resource_id = request.method, request.match_info["session_id"]
+        route = server.router.route(resource_id, time.time(), FORWARDED_HEADER in request.headers)
+        if isinstance(route, Local):
+            session = server.sessions.get(route.call_id)
+            return session if session is not None else refused(method, "no_session")
+        if isinstance(route, Refused):
+            return refused(method, route.reason)
+        body = None
+        if request.body_exists:  # a PATCH's (the owner answers it): bounded in size and time
+            try:
+                body = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
+            except web.HTTPRequestEntityTooLarge:
+                return fail(method, 413, f"body larger than {cfg.max_sdp_bytes} bytes")
+            except TimeoutError:
+                return fail(method, 408, "body not received in time")
+        answer = await forwarder.forward(request, route, resource_id, body)
+        if isinstance(answer, str):
+            return refused(method, answer)
+        server.metrics.session_requests_forwarded.labels(method).inc()
+        return answer
 
     async def delete_whip(request: web.Request) -> web.Response:
         try:
             gate.check(request.headers.get("Authorization", ""), time.time(), ending=True)
         except Unauthorized as exc:
             return unauthorized("DELETE", exc)
-        session = server.sessions.get(request.match_info["session_id"])
-        if session is None:
-            return fail("DELETE", 404, "no such session")
+        session = await owned(request)
+        if not isinstance(session, Session):
+            return session
         session.end("deleted")
         await session.closed.wait()
         count("DELETE", 200)
         return web.Response(status=200, text="session ended\n")
 
     async def patch_whip(request: web.Request) -> web.Response:
-        if request.match_info["session_id"] not in server.sessions:
-            return fail("PATCH", 404, "no such session")
+        session = await owned(request)
+        if not isinstance(session, Session):
+            return session
         return fail("PATCH", 405, PATCH_REASON, Allow="DELETE, OPTIONS")
 
     async def options(request: web.Request) -> web.Response:

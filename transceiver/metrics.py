@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from transceiver.routes import REFUSAL_REASONS
+
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 # A connect's steps take from under a millisecond (an answer) to seconds (a slow client).
 PHASE_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -175,6 +177,26 @@ class TransceiverMetrics:
             " of it): every new session is refused.",
             registry=r,
         )
+        self.session_requests_refused = Counter(
+            "rtcedge_transceiver_session_requests_refused",
+            "DELETE/PATCH of a session resource not answered by its owner, by reason: the id"
+            " does not verify (malformed, version, unknown_key, bad_tag, expired, future), names"
+            " another cluster, arrived already forwarded (looped), names a transceiver with no"
+            " --peer-http address (no_peer), an ended session (no_session), an owner that is"
+            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REFUSAL_REASONS:
+            self.session_requests_refused.labels(reason)
+        self.session_requests_forwarded = Counter(
+            "rtcedge_transceiver_session_requests_forwarded",
+            "DELETE/PATCH passed on to the owning transceiver and answered by it, by method.",
+            ["method"],
+            registry=r,
+        )
+        for method in ("DELETE", "PATCH"):
+            self.session_requests_forwarded.labels(method)
         self.whip_requests = Counter(
             "rtcedge_transceiver_whip_requests",
             "WHIP requests, by method and status.",

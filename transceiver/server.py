@@ -16,6 +16,7 @@ import time
 
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
+from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
 from transceiver import opus
 from transceiver.audio import silent_packet
@@ -65,7 +66,8 @@ class TransceiverServer:
             self.metrics.region_sessions.labels(label)
         self.demux: Demux[Session] = Demux(on_forget=lambda s, addr: s.ice.forget_address(addr))
         self.media = MediaSocket(self.demux, self.metrics, config.relay_networks)
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, Session] = {}  # by call id (Session.id)
+        self.router = config.session_router(self.keyring)  # WHIP resource id -> its owner
         self.draining = False
         # One DTLS certificate for the process's sessions, a new one every day.
         self.certificates = CertificateHolder(time.monotonic())
@@ -171,7 +173,10 @@ class TransceiverServer:
         if refusal is not None:
             raise SessionLimitError(refusal)
         choice = self.regions.choose(region_header, remote)
-        session_id = secrets.token_hex(16)
+        session_id = secrets.token_hex(CALL_ID_LEN)
+        resource_id = sign_session_id(
+            self.keyring, self.config.cluster, self.config.transceiver_id, time.time(), session_id
+        )
         ufrag = self.new_ufrag()
         password = base64.b64encode(secrets.token_bytes(18)).decode()  # 24 ice-chars, 144 bits
         session = Session(
@@ -182,6 +187,7 @@ class TransceiverServer:
             time.monotonic(),
             advertised=choice.addresses,
             offer_at=offer_at,
+            resource_id=resource_id,
         )
         self.sessions[session_id] = session
         self.demux.add(ufrag, password, session)

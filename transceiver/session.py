@@ -69,13 +69,17 @@ class Session:
         now: float,
         advertised: Sequence[Addr] = (),
         offer_at: float | None = None,
+        resource_id: str = "",
     ) -> None:
         """``advertised``: the relay addresses the answer names, most preferred first (its
         region's: ``transceiver.regions``); empty: ``context.advertise`` alone. ``offer_at``:
-        when its POST arrived (time.monotonic()), for the connect breakdown."""
+        when its POST arrived (time.monotonic()), for the connect breakdown. ``session_id`` is
+        the call id the backend sees; ``resource_id`` the signed id of its WHIP URL, which
+        names this transceiver as the owner (``common.sessionid``)."""
         self._context = context
         self._metrics = context.metrics
         self.id = session_id
+        self.resource_id = resource_id
         self.ufrag = ufrag
         self.lifecycle = Lifecycle(now, context.limits, offer_at=offer_at)
         self.pc = RTCPeerConnection(

@@ -147,6 +147,15 @@ def test_transceiver_command_line_is_accepted_by_transceiver_serve(name, monkeyp
     assert config.keyring_path == "/secrets/keyring.json"
     assert config.relay_networks == relay_networks_of(values)
     assert config.relay_networks, "never any source"
+    # A session request landing on another pod is passed on to its owner's WHIP port, named
+    # through the headless Service (which publishes the http port, not-ready pods included).
+    name, headless = trx["metadata"]["name"], trx["spec"]["serviceName"]
+    owner = f"{name}-2.{headless}.{NAMESPACE}.svc.cluster.local"
+    assert config.peers().address(2) == (owner, config.http[1])
+    service = one(render(values), "Service", headless)
+    assert {"name": "http", "protocol": "TCP", "port": 8080, "targetPort": "http"} in (
+        service["spec"]["ports"]
+    )
     spec = trx["spec"]["template"]["spec"]
     preStop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
     assert spec["terminationGracePeriodSeconds"] > config.drain_grace_s + preStop
@@ -641,7 +650,9 @@ def test_only_relays_reach_the_transceivers_media_port(name):
         [{"protocol": "TCP", "port": 9479}],
     ]
     np = values.get("networkPolicy", {})
-    assert others[8080].get("from") == (np.get("httpFrom") or None)
+    # With httpFrom, the transceivers are added: they pass session requests on to each other.
+    peers = [{"podSelector": trx["spec"]["selector"]}]
+    assert others[8080].get("from") == (np["httpFrom"] + peers if np.get("httpFrom") else None)
     assert others[9479].get("from") == (np.get("metricsFrom") or None)
 
 

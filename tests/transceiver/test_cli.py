@@ -58,6 +58,14 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--region", "eu"], "--region"),
         (["--region", "eu=192.0.2.1:3478", "--region-prefix", "10.0.0.0/8=us"], "--region-prefix"),
         (["--region", "eu=192.0.2.1:3478", "--region-header", "X-Region"], "--region-header"),
+        (["--peer-http", "1:10.0.0.1:8080"], "--peer-http"),
+        (["--peer-http", "70000=10.0.0.1:8080"], "--peer-http"),
+        (["--peer-http", "1=10.0.0.1"], "--peer-http"),
+        (["--peer-http", "1=10.0.0.1:8080 1=10.0.0.2:8080"], "--peer-http"),
+        (["--peer-http-dns", "trx-0.headless:8080"], "--peer-http-dns"),
+        (["--peer-http-dns", "trx-{id}.headless"], "--peer-http-dns"),
+        (["--peer-timeout", "0"], "--peer-timeout"),
+        (["--peer-max-forwards", "0"], "--peer-max-forwards"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):
@@ -156,3 +164,14 @@ def test_regions_come_from_the_environment_space_separated(monkeypatch):
         [*BASE, "--no-backup-candidate"], env={"RTCEDGE_REGIONS": "eu=192.0.2.1:1 EU=192.0.2.2:1"}
     )
     assert result.exit_code == 2 and "--region: region 'EU' given twice" in result.output
+
+
+def test_peers_come_from_the_environment_space_separated(monkeypatch):
+    monkeypatch.setenv("RTCEDGE_KEYRING_JSON", KEYRING)
+    monkeypatch.setenv("RTCEDGE_PEER_HTTP", "1=10.0.0.1:8080 2=[fd00::2]:8080")
+    monkeypatch.setenv("RTCEDGE_PEER_HTTP_DNS", "trx-{id}.trx-headless.ns.svc:8080")
+    params = main.commands["serve"].make_context("serve", BASE[1:]).params
+    peers = build_config(params).peers()
+    assert peers.address(1) == ("10.0.0.1", 8080)
+    assert peers.address(2) == ("fd00::2", 8080)
+    assert peers.address(7) == ("trx-7.trx-headless.ns.svc", 8080), "the template for the rest"

@@ -10,6 +10,7 @@ import time
 import aiohttp
 
 from bench.peers import free_port
+from common.sessionid import verify_session_id
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until
@@ -27,8 +28,12 @@ def test_answer_has_location_etag_and_only_the_advertised_candidate():
         async with running(cfg) as (server, url):
             status, body, headers = await post(url, await make_offer())
             assert status == 201, body
-            assert re.fullmatch(r"/whip/[0-9a-f]{32}", headers["Location"]), "128-bit session id"
-            session = server.sessions[headers["Location"].rsplit("/", 1)[1]]
+            location = headers["Location"]
+            assert re.fullmatch(r"/whip/[A-Za-z0-9_-]{48}", location), "a short URL-safe id"
+            sid = verify_session_id(server.keyring, location[6:], time.time(), 300)
+            assert sid.owner == (cfg.cluster, cfg.transceiver_id), "it names its owner"
+            session = server.sessions[sid.call_id]
+            assert session.resource_id == location[6:]
             assert headers["ETag"] == f'"{session.ufrag}"'
             assert headers["Content-Type"].startswith("application/sdp")
             candidates = [x for x in body.splitlines() if x.startswith("a=candidate:")]

@@ -158,9 +158,20 @@ the autoscaler may start, before it starts). */}}
 {{- end }}
 {{- end }}
 
-{{/* --transceiver-dns: the stable name of each transceiver pod, {id} being its ordinal. */}}
+{{/* The stable name of each transceiver pod under the headless Service, {id} being its ordinal. */}}
+{{- define "rtcedge.transceiver.podDns" -}}
+{{- printf "%s-{id}.%s.%s.svc.%s" (include "rtcedge.transceiver.fullname" .) (include "rtcedge.transceiver.headless" .) .Release.Namespace .Values.clusterDomain }}
+{{- end }}
+
+{{/* --transceiver-dns: each transceiver pod's media socket. */}}
 {{- define "rtcedge.relay.transceiverDns" -}}
-{{- printf "%s-{id}.%s.%s.svc.%s:%d" (include "rtcedge.transceiver.fullname" .) (include "rtcedge.transceiver.headless" .) .Release.Namespace .Values.clusterDomain (int .Values.transceiver.mediaPort) }}
+{{- printf "%s:%d" (include "rtcedge.transceiver.podDns" .) (int .Values.transceiver.mediaPort) }}
+{{- end }}
+
+{{/* --peer-http-dns: each transceiver pod's WHIP listener, where the others pass on a DELETE or
+PATCH for a session it owns. */}}
+{{- define "rtcedge.transceiver.peerHttpDns" -}}
+{{- printf "%s:%d" (include "rtcedge.transceiver.podDns" .) (int .Values.transceiver.httpPort) }}
 {{- end }}
 
 {{- define "rtcedge.relay.maxHintAge" -}}

@@ -177,12 +177,12 @@ class InlineAudioSender(RTCRtpSender):
         """aiortc's ``_run_rtp`` (1.9-1.16): started by ``send()`` once DTLS is up, cancelled
         by ``stop()``, which then waits for ``rtp_exited``."""
         self._RTCRtpSender__rtp_started.set()  # type: ignore[attr-defined]
-        dtls = self.transport
+        dtls, connected = self.transport, State.CONNECTED  # an enum lookup once, not per tick
         self.direct = DirectSender(
             self,
             codec.payloadType,
             self._direct_track,
-            lambda: dtls._tx_srtp.protect if dtls._state is State.CONNECTED else None,
+            lambda: dtls._tx_srtp.protect if dtls._state is connected else None,
             self._direct_send,
             sequence_number=int.from_bytes(os.urandom(2)),
             timestamp_origin=int.from_bytes(os.urandom(4)),

@@ -46,7 +46,8 @@ def test_session_utilization_is_live_sessions_over_the_limit():
                 assert status == 201
                 ids.append(headers["Location"].rsplit("/", 1)[1])
             assert gauge._value.get() == 0.5
-            server.sessions[ids[0]].end("deleted")
+            first = next(s for s in server.sessions.values() if s.resource_id == ids[0])
+            first.end("deleted")
             assert await wait_until(lambda: gauge._value.get() == 0.25, 5)
             assert server.metrics.sessions_active._value.get() == 1
 

@@ -176,10 +176,10 @@ def test_echo_drops_what_would_make_it_lag_and_follows_real_time() -> None:
     for n in range(16, 66):  # then real time, one frame per 20 ms: the standing queue ...
         now[0] += 0.020
         session.audio_in(frame(n))
-    assert session.frames_dropped == 8 and sinks.audio[-1] == frame(65)  # ... keeps (< 4 s)
+    assert session.frames_dropped == 8 and sinks.audio[-1] == frame(65)  # ... keeps (< 3 s)
 
 
-def test_echo_trims_a_standing_queue_a_frame_every_4_s_down_to_real_time() -> None:
+def test_echo_trims_a_standing_queue_a_frame_every_3_s_down_to_real_time() -> None:
     now = [100.0]
     sinks = Sinks()
     session = EchoSession(info(), *sinks.args()[:2], max_lag_frames=5, clock=lambda: now[0])
@@ -190,12 +190,23 @@ def test_echo_trims_a_standing_queue_a_frame_every_4_s_down_to_real_time() -> No
         now[0] += 0.020
         depths.append(session._playout.depth(now[0]))
         session.audio_in(frame(n))
-    assert session.frames_dropped == 2, "one every 4 s until it no longer stands"
-    assert max(depths[-100:]) <= 1.5, "then the echo runs at most ~30 ms behind"
+    assert session.frames_dropped == 3, "one every 3 s until none stands"
+    assert max(depths[-100:]) <= 0.5, "then the echo runs in real time, no frame standing"
     for n in range(700, 1000):  # in real time nothing more is dropped
         now[0] += 0.020
         session.audio_in(frame(n))
-    assert session.frames_dropped == 2
+    assert session.frames_dropped == 3
+
+
+def test_echo_keeps_jitter_that_leaves_no_frame_standing() -> None:
+    """Packets late or early by up to half a frame never cost a frame."""
+    now = [100.0]
+    sinks = Sinks()
+    session = EchoSession(info(), *sinks.args()[:2], max_lag_frames=5, clock=lambda: now[0])
+    for n in range(50 * 20):  # twenty seconds, each packet up to 9 ms off its time
+        now[0] = 100.0 + n * 0.020 + (0.009 if n % 3 == 0 else -0.004 if n % 7 == 0 else 0.0)
+        session.audio_in(frame(n))
+    assert session.frames_dropped == 0
 
 
 def test_playout_estimate_drains_in_real_time() -> None:

@@ -30,9 +30,14 @@ FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 MAX_LAG_FRAMES = 5  # 100 ms
 # A queue standing above this many frames for TRIM_AFTER_S loses one frame (and again each
 # TRIM_AFTER_S while it stands): the lag a burst left drains within seconds, at a cost of at
-# most one frame in 200 (0.5 %) of the echo.
-TRIM_ABOVE_FRAMES = 1.5
-TRIM_AFTER_S = 4.0
+# most one frame in 150 (0.67 %) of the echo. Measured before each frame is added: in real
+# time the one before it has played out by then (depth ~0), so anything above half a frame is
+# a frame standing in the queue, 20 ms added to the echo for as long as it stands. A caller's
+# late packet leaves one (the track plays silence in its slot, and the packet then waits a
+# whole frame): with 1.5 here, one standing frame was kept for good and the echo of a busy
+# transceiver ran ~20 ms later than it needs to (the sessions benchmark's echo delay).
+TRIM_ABOVE_FRAMES = 0.5
+TRIM_AFTER_S = 3.0
 
 
 class PlayoutEstimate:

@@ -8,17 +8,19 @@ and the transceiver that gets that offer claims the token here, over the cluster
     (none) --offer--> offered --claim--> claimed --(the caller hangs up the old call,
                                             or end_by passes)--> forgotten with the session
 
-- ``claim`` answers a token once: a second claim of it is ``replayed``; a token of an earlier
-  offer for the same call (another nonce) is ``replayed`` too; a claim after the offer's
-  time-to-live is ``expired``; for a call with no offer (never offered, or the session ended
-  and was forgotten) ``no_session``.
+- ``claim`` answers a token once: a second claim of it is ``replayed`` (also once the old
+  session has ended: a claimed offer is kept, as used, until its token expires); a token of an
+  earlier offer for the same call (another nonce) is ``replayed`` too; a claim after the
+  offer's time-to-live is ``expired``; for a call with no offer (never offered, or its session
+  ended unclaimed) ``no_session``.
 - A claimed call is ended by the server when ``due`` names it (its ``deadline_s`` after the
   claim), if the caller did not hang up its old call first.
 
 Bounds (the attacker: whoever holds a copy of a token, or sends claims with any token): entries
 are made only by ``offer``, which the drain calls once per live session, so the table never holds
-more than the sessions this process has (``--max-sessions``); ``forget`` drops an entry when its
-session ends. A claim never adds an entry. Time is passed in (``now``: time.monotonic()).
+more than the sessions this process has (``--max-sessions``) plus those that ended claimed less
+than a token's lifetime ago (``deadline_s``; ``due`` drops them). A claim never adds an entry.
+Time is passed in (``now``: time.monotonic()).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class _Offer:
     claimed_at: float | None = None
     end_by: float | None = None  # monotonic: a claimed call ends then at the latest
     overdue: bool = False  # end_by passed before the caller hung up the old call
+    ended: bool = False  # the session is gone; kept (claimed) until expires_at to refuse replays
 
 
 class Migrations:
@@ -88,9 +91,10 @@ class Migrations:
             raise ValueError(f"call {call_id} was claimed already")
         self._offers[call_id] = _Offer(nonce, now + self.deadline_s)
 
-    def claim(self, call_id: str, nonce: bytes, now: float) -> float:
+    def claim(self, call_id: str, nonce: bytes, now: float, live: bool = True) -> float:
         """Grant the claim of the token (``call_id``, ``nonce``): returns when the old call ends
-        at the latest (monotonic), or raises ClaimRefused."""
+        at the latest (monotonic), or raises ClaimRefused. ``live``: the session is not ending
+        (a token of a call that is ending, unclaimed, is no_session; claimed, replayed)."""
         offer = self._offers.get(call_id)
         if offer is None:
             raise ClaimRefused("no_session")
@@ -98,13 +102,15 @@ class Migrations:
             raise ClaimRefused("replayed")
         if now > offer.expires_at:
             raise ClaimRefused("expired")
+        if not live:
+            raise ClaimRefused("no_session")
         offer.claimed_at = now
         offer.end_by = now + self.deadline_s
         return offer.end_by
 
     def claimed(self, call_id: str) -> bool:
         offer = self._offers.get(call_id)
-        return offer is not None and offer.claimed_at is not None
+        return offer is not None and offer.claimed_at is not None and not offer.ended
 
     def offered(self, call_id: str) -> bool:
         return call_id in self._offers
@@ -117,8 +123,11 @@ class Migrations:
         """Claimed calls whose old session must end now (the caller did not hang it up), each
         named once."""
         due = []
-        for call_id, offer in self._offers.items():
-            if offer.end_by is not None and now >= offer.end_by and not offer.overdue:
+        for call_id, offer in list(self._offers.items()):
+            if offer.ended:
+                if now > offer.expires_at:  # its token no longer verifies: nothing to refuse
+                    del self._offers[call_id]
+            elif offer.end_by is not None and now >= offer.end_by and not offer.overdue:
                 offer.overdue = True
                 due.append(call_id)
         return due
@@ -127,9 +136,11 @@ class Migrations:
         """The session ended: drop its entry. Returns what had become of its offer: "offered"
         (never claimed), "claimed" (the move completed: the caller hung up its old call),
         "overdue" (claimed, ended by ``due``), or None (no offer)."""
-        offer = self._offers.pop(call_id, None)
-        if offer is None:
+        offer = self._offers.get(call_id)
+        if offer is None or offer.ended:
             return None
         if offer.claimed_at is None:
+            del self._offers[call_id]
             return "offered"
+        offer.ended = True
         return "overdue" if offer.overdue else "claimed"

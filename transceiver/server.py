@@ -321,14 +321,12 @@ class TransceiverServer:
             )
         except ResumeTokenError as exc:
             raise ClaimRefused(exc.reason) from None
-        session = self.sessions.get(verified.call_id)
-        if (
-            verified.owner != (self.config.cluster, self.config.transceiver_id)
-            or session is None
-            or session.state in (State.CLOSING, State.CLOSED)
-        ):
+        if verified.owner != (self.config.cluster, self.config.transceiver_id):
             raise ClaimRefused("no_session")
-        self.migrations.claim(verified.call_id, verified.nonce, time.monotonic())
+        session = self.sessions.get(verified.call_id)
+        live = session is not None and session.state not in (State.CLOSING, State.CLOSED)
+        self.migrations.claim(verified.call_id, verified.nonce, time.monotonic(), live)
+        assert session is not None  # live
         session.moved = True
         self.metrics.migrations_claimed.inc()
         return session.id, dict(session.metadata)

@@ -17,11 +17,11 @@ import time
 import aiohttp
 import pytest
 
+from bench.front import RoundRobinFront
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
 from common.sessionid import verify_session_id
 from tests.support.inprocess import direct_config, running
-from tests.support.roundrobin import RoundRobinFront
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer
 from transceiver.routes import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER

@@ -426,6 +426,17 @@ class TransceiverProcess:
         self.stop()
 
 
+def sessions_ended(trx: TransceiverProcess) -> dict[str, float]:
+    """The transceiver's sessions_ended_total by reason (the recovery benchmark: a trial must
+    end no session)."""
+    text = trx.http("/metrics", port=trx.metrics_port)[1]
+    return {
+        line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rtcedge_transceiver_sessions_ended_total{")
+    }
+
+
 def socket_inodes(pid: int) -> set[str]:
     """The inodes of the sockets ``pid`` holds open (/proc/PID/fd)."""
     inodes = set()

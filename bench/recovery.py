@@ -12,9 +12,13 @@ is the longest silence between two echo frames around that moment, minus the 20 
 - ``path``: a load balancer in front (a loopback proxy) steers the caller's packets to another
   node's relay (started for the trial, on another port) while the old one stays up; the new one
   restores the flow from Redis and the transceiver must answer along the newest path.
+- ``scale-down``: several callers, three transceivers behind a round-robin front; the one
+  carrying the calls gets SIGTERM and its callers move (``bench.scaledown``): one gap per
+  moved caller per trial.
 
 Targets: worker <= 50 ms p95; relay with Redis <= 200 ms p95, without <= 6 s
-(the caller's next ICE consent check). Bounded: every wait has a deadline; all on 127.0.0.1.
+(the caller's next ICE consent check); scale-down <= 250 ms p95. Bounded: every wait has a
+deadline; all on 127.0.0.1.
 ``relay-redis`` and ``path`` need ``redis-server``: without it they are skipped with a note.
 """
 
@@ -38,12 +42,13 @@ from bench.harness.prerequisites import REDIS_SERVER
 from bench.harness.progress import Progress
 from bench.harness.stats import percentile_nearest_index
 from bench.harness.verdict import verdict
-from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
+from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess, sessions_ended
 from bench.plots.recovery import recovery_figure
+from bench.scaledown import run_scale_down
 from bench.webrtc_client import EchoCaller, loopback_only
 
 # ``path`` has no target of its own; it restores the flow from Redis like ``relay-redis``.
-TARGETS_MS = {"worker": 50, "relay-redis": 200, "relay-no-redis": 6000}
+TARGETS_MS = {"worker": 50, "relay-redis": 200, "relay-no-redis": 6000, "scale-down": 250}
 # Pause after a trial. Without Redis each replacement breaks the path for a few seconds, and the
 # transceiver's own consent checks (RFC 7675; aioice: every 4-6 s, never retransmitted, six
 # failures in a row end the call) fail meanwhile: back-to-back outages would expire consent,
@@ -54,7 +59,14 @@ RUN_DEADLINE_S = 900.0
 # starting a scenario's call, and one trial with its settle time. The estimate then follows the
 # pace of the trials already done.
 SCENARIO_START_S = 4.0
-TRIAL_S = {"baseline": 1.5, "worker": 2.5, "relay-redis": 3.0, "relay-no-redis": 13.0, "path": 3.0}
+TRIAL_S = {
+    "baseline": 1.5,
+    "worker": 2.5,
+    "relay-redis": 3.0,
+    "relay-no-redis": 13.0,
+    "path": 3.0,
+    "scale-down": 5.0,
+}
 
 
 # -- the trials: one event each, its gap in ms -----------------------------------------------------
@@ -161,7 +173,7 @@ TRIALS: dict[str, Callable[[CallPath], Awaitable[float]]] = {
     "relay-no-redis": trial_replace,
     "path": trial_path,
 }
-SCENARIOS = tuple(TRIALS)
+SCENARIOS = (*TRIALS, "scale-down")  # scale-down runs a fleet of its own: bench.scaledown
 NEEDS_REDIS = ("relay-redis", "path")
 QUICK_SCENARIOS = ("worker", "relay-redis", "path")  # the fast ones, one trial each
 
@@ -173,9 +185,11 @@ async def run_scenario(
     redis_url: str | None,
     stock_jitter_buffer: bool,
     progress: Progress,
-) -> tuple[list[float], dict[str, float]]:
+) -> tuple[list[float], dict[str, float], dict[str, Any]]:
     """Start a relay (2 workers), a transceiver and one caller; run the trials; stop them all.
     Returns the gaps and the transceiver's ended-session counts by reason."""
+    if scenario == "scale-down":
+        return await run_scale_down(trials, stock_jitter_buffer, progress)
     relay = RelayProcess({}, workers=2, extra_args=["--redis-url", redis_url] if redis_url else [])
     # ``path``: a proxy in front plays the load balancer that steers the caller's packets to
     # another node's relay.
@@ -195,7 +209,7 @@ async def run_scenario(
             gaps.append(await TRIALS[scenario](path))
             await asyncio.sleep(SETTLE_S.get(scenario, 0.5))
             progress.step(f"{scenario} trial {i + 1}/{trials}: gap {gaps[-1]:.0f} ms")
-        return gaps, sessions_ended(trx)
+        return gaps, sessions_ended(trx), {}
     finally:
         await path.caller.pc.close()
         trx.stop(timeout_s=5)
@@ -205,31 +219,28 @@ async def run_scenario(
             proxy.close()
 
 
-def sessions_ended(trx: TransceiverProcess) -> dict[str, float]:
-    """The transceiver's sessions_ended_total by reason: a trial must end no session."""
-    text = trx.http("/metrics", port=trx.metrics_port)[1]
-    return {
-        line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("rtcedge_transceiver_sessions_ended_total{")
-    }
-
-
 def summarize(
-    name: str, gaps: list[float], ended: dict[str, float], stock_jitter_buffer: bool
+    name: str,
+    trials: int,
+    gaps: list[float],
+    ended: dict[str, float],
+    stock_jitter_buffer: bool,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A scenario's gaps against its target."""
+    """A scenario's gaps against its target (``extra``: what a scenario adds to its result)."""
     p95 = percentile_nearest_index(sorted(gaps), 0.95)
     target = TARGETS_MS.get(name)
     return {
-        "trials": len(gaps),
+        "trials": trials,
         "gap_ms": [round(g, 1) for g in gaps],
         "p50_ms": round(statistics.median(gaps), 1),
         "p95_ms": round(p95, 1),
+        "max_ms": round(max(gaps), 1),
         "target_p95_ms": target,
         "pass": target is None or p95 <= target,
         "sessions_ended_during_trials": ended,
         "caller_jitter_buffer": "aiortc" if stock_jitter_buffer else "rtcedge",
+        **(extra or {}),
     }
 
 
@@ -272,23 +283,31 @@ async def run_bench(
                 result[name] = {"skipped": skipped[name]}
                 continue
             redis_url = rds.url if rds is not None and name != "relay-no-redis" else None
-            gaps, ended = await run_scenario(name, trials, redis_url, stock_jitter_buffer, progress)
-            result[name] = summarize(name, gaps, ended, stock_jitter_buffer)
+            gaps, ended, extra = await run_scenario(
+                name, trials, redis_url, stock_jitter_buffer, progress
+            )
+            result[name] = summarize(name, trials, gaps, ended, stock_jitter_buffer, extra)
     return result
 
 
 def print_report(result: dict[str, Any], echo: Echo, quick: bool = False) -> None:
     echo("")
-    echo(f"{'scenario':16} {'trials':>6} {'p50 ms':>8} {'p95 ms':>8} {'target':>8}  result")
+    echo(
+        f"{'scenario':16} {'trials':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'target':>8}"
+        "  result"
+    )
     for name, s in result.items():
         if "skipped" in s:
             echo(f"{name:16} skipped: {s['skipped']}")
             continue
         word = "-" if s["target_p95_ms"] is None else verdict(s["pass"], quick)
         echo(
-            f"{name:16} {s['trials']:>6} {s['p50_ms']:>8} {s['p95_ms']:>8} "
+            f"{name:16} {s['trials']:>6} {s['p50_ms']:>8} {s['p95_ms']:>8} {s['max_ms']:>8} "
             f"{s['target_p95_ms'] or '-':>8}  {word}"
         )
+        if "moves" in s:
+            echo(f"{'':16} {s['callers']} callers, {s['transceivers']} transceivers; "
+                 f"moves: {s['moves']}")  # fmt: skip
 
 
 EXAMPLES = """
@@ -297,6 +316,7 @@ Examples:
   rtcedge bench recovery                     # 10 trials of every scenario (a few minutes)
   rtcedge bench recovery --scenario worker --trials 20
   rtcedge bench recovery --quick             # smoke test: 1 trial of worker, relay-redis, path
+  rtcedge bench recovery --scenario scale-down   # 10 SIGTERMs of the transceiver carrying calls
 \b
 Prints a line per trial as it goes, then a table of gaps against the p95 targets (a --quick
 run does not judge them), writes the JSON result, and exits 0 whatever the figures are.
@@ -338,7 +358,8 @@ def recovery_bench(
     stock_jitter_buffer: bool,
     quick: bool,
 ) -> None:
-    """Audio gap a real caller hears when a worker, a relay or the path fails over."""
+    """Audio gap a real caller hears when a worker, a relay or the path fails over, or when its
+    transceiver is scaled down and the call moves."""
     if quick:
         trials, scenarios = 1, scenarios or QUICK_SCENARIOS
     scenarios = scenarios or SCENARIOS

@@ -2,7 +2,8 @@
 
 A caller sends a sine tone of its own frequency and measures, in what comes back, the power at
 its own frequency (Goertzel), so "hears its own audio" is told from "hears someone else's".
-``EchoCaller`` records when each audible echo frame arrives (the recovery benchmark's gaps). For
+``EchoCaller`` records when each audible echo frame arrives (the recovery benchmark's gaps), and
+with ``migrate`` moves to another transceiver when its own asks (``session.migrate``). For
 many callers per core (``bench/sessions.py``) there are cheaper parts: ``OpusToneTrack`` hands
 aiortc a tone already encoded once at start-up, and ``EchoCounter`` counts the echo at the RTP
 level and checks the tone only on a sample of frames. The tests' one-call client is
@@ -14,22 +15,28 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
+import contextlib
 import fractions
 import itertools
+import json
 import math
 import statistics
 import struct
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import aiohttp
 import aioice.ice
 import av
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
+from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 
 from transceiver import ice, jitter
+from transceiver.migration import MIGRATE_EVENT
+from transceiver.routes import RESUME_HEADER
 
 RATE = 48000
 SAMPLES = 960  # 20 ms
@@ -213,19 +220,35 @@ class EchoTimes:
         self.times: list[float] = []
         self._tasks: set[asyncio.Future[None]] = set()
 
-    def listen(self, track: MediaStreamTrack) -> None:
-        task = asyncio.ensure_future(self._record(track))
+    def listen(
+        self,
+        track: MediaStreamTrack,
+        also: Sequence[EchoTimes] = (),
+        heard: Callable[[], bool] | None = None,
+    ) -> None:
+        """Record ``track``'s audible frames while ``heard()`` (a caller that moves hears one
+        peer connection at a time), and into each of ``also`` always."""
+        task = asyncio.ensure_future(self._record(track, also, heard))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _record(self, track: MediaStreamTrack) -> None:
+    async def _record(
+        self,
+        track: MediaStreamTrack,
+        also: Sequence[EchoTimes],
+        heard: Callable[[], bool] | None,
+    ) -> None:
         while True:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
             if peak(frame) > AUDIBLE_PEAK:
-                self.times.append(time.monotonic())
+                now = time.monotonic()
+                if heard is None or heard():
+                    self.times.append(now)
+                for other in also:
+                    other.times.append(now)
 
     def after(self, moment: float) -> int:
         return sum(1 for t in self.times if t > moment)
@@ -245,44 +268,186 @@ class EchoTimes:
         return max(0.0, max(b - a for a, b in itertools.pairwise(times)) * 1000 - 20)
 
 
+SWITCH_AFTER_FRAMES = 5  # echo frames the new connection must carry before a caller switches
+MAX_RESUME_ATTEMPTS = 20  # offers of one move (503s from draining pods retried), at most
+
+
+@dataclass
+class Move:
+    """One ``session.migrate`` a caller acted on: how it went."""
+
+    asked_at: float  # time.monotonic()
+    statuses: list[int] = field(default_factory=list)  # of each resume offer, in order
+    outcome: str = "under way"  # moved, refused, no_echo, deadline, error: ...
+    location: str = ""  # the new session's resource
+    switched_at: float | None = None
+
+
 class EchoCaller:
     """An aiortc caller that records when each audible echo frame arrives (``echo``).
 
     It uses the transceiver's low-latency jitter buffer unless ``stock_jitter_buffer``: stock
     aiortc stalls ~300 ms after any lost packet and keeps that latency (aiortc #543), which
     measures aiortc's receiver, not the fail-over; a browser conceals the loss and goes on.
+
+    ``events`` opens the ``events`` data channel (its messages land in ``events``); ``migrate``
+    also acts on ``session.migrate`` (docs/transceiver.md, "Moving calls on scale-down"): a new
+    peer connection with the same tone, a WHIP offer with the resume token to the same URL
+    (503: again after Retry-After, within the deadline), and once it carries
+    ``SWITCH_AFTER_FRAMES`` echo frames the caller hears it instead (``pc``, ``location``),
+    DELETEs its old resource and closes the old connection. ``moves`` says how each went.
     """
 
-    def __init__(self, stock_jitter_buffer: bool = False) -> None:
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.pc.addTrack(ToneTrack(440))
-        if not stock_jitter_buffer:
-            jitter.install(self.pc)
+    def __init__(
+        self,
+        stock_jitter_buffer: bool = False,
+        events: bool = False,
+        migrate: bool = False,
+        hz: float = 440,
+    ) -> None:
+        self._stock_jitter_buffer = stock_jitter_buffer
+        self._events = events or migrate
+        self.migrate = migrate
+        self._tone = ToneTrack(hz)
+        # A moving caller sends the same tone on two connections for a while, as a browser
+        # sends one microphone track on both.
+        self._relay = MediaRelay() if migrate else None
         self.echo = EchoTimes()
-        self.pc.on("track", self.echo.listen)
+        self._heard: dict[RTCPeerConnection, EchoTimes] = {}  # each connection's own echo
+        self.events: collections.deque[dict] = collections.deque(maxlen=100)
+        self.moves: list[Move] = []
+        self._moving: asyncio.Task[None] | None = None
+        self._closed: list[RTCPeerConnection] = []
+        self.whip_url = ""
+        self.headers: dict[str, str] = {}
         self.location = ""
+        self.pc = self._new_pc()
+
+    def _new_pc(self) -> RTCPeerConnection:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTrack(
+            self._relay.subscribe(self._tone, buffered=False) if self._relay else self._tone
+        )
+        if not self._stock_jitter_buffer:
+            jitter.install(pc)
+        own = self._heard[pc] = EchoTimes()
+        pc.on("track", lambda track: self.echo.listen(track, (own,), lambda: self.pc is pc))
+        if self._events:
+            channel = pc.createDataChannel("events")
+            channel.on("message", lambda message: self._on_event(message, pc))
+        return pc
 
     async def connect(self, whip_url: str, headers: dict[str, str] | None = None) -> None:
         """Offer over WHIP (with extra request ``headers``, e.g. a region), apply the answer,
         and wait (up to 15 s) for the echo to come back."""
+        self.whip_url, self.headers = whip_url, dict(headers or {})
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{whip_url}/whip",
-                data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp", **(headers or {})},
-            ) as resp,
-        ):
-            if resp.status != 201:
-                raise RuntimeError(f"WHIP {resp.status}: {await resp.text()}")
-            answer = await resp.text()
-            self.location = resp.headers["Location"]  # the session's resource: DELETE ends it
+        status, answer, location, _ = await self._post(self.pc.localDescription.sdp, {})
+        if status != 201:
+            raise RuntimeError(f"WHIP {status}: {answer}")
+        self.location = location  # the session's resource: DELETE ends it
         await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
         await self.wait_for_echo(time.monotonic(), 15)
 
+    async def _post(self, sdp: str, extra: dict[str, str]) -> tuple[int, str, str, float]:
+        """(status, body, Location, Retry-After seconds) of one WHIP offer."""
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{self.whip_url}/whip",
+                data=sdp,
+                headers={"Content-Type": "application/sdp", **self.headers, **extra},
+            ) as resp,
+        ):
+            retry = resp.headers.get("Retry-After", "1")
+            retry_s = float(retry) if retry.isdigit() else 1.0
+            return resp.status, await resp.text(), resp.headers.get("Location", ""), retry_s
+
     async def wait_for_echo(self, after: float, timeout_s: float) -> bool:
         return await self.echo.wait(after, 10, timeout_s)
+
+    def _on_event(self, message: object, pc: RTCPeerConnection) -> None:
+        try:
+            event = json.loads(message) if isinstance(message, str) else None
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            return
+        self.events.append(event)
+        if (
+            event.get("type") == MIGRATE_EVENT
+            and self.migrate
+            and pc is self.pc
+            and (self._moving is None or self._moving.done())
+        ):
+            token, deadline_ms = event.get("resume_token"), event.get("deadline_ms")
+            if isinstance(token, str) and isinstance(deadline_ms, int):
+                self._moving = asyncio.ensure_future(self._move(token, deadline_ms))
+
+    async def _move(self, token: str, deadline_ms: int) -> None:
+        move = Move(time.monotonic())
+        self.moves.append(move)
+        deadline = move.asked_at + deadline_ms / 1000
+        pc = self._new_pc()
+        try:
+            await pc.setLocalDescription(await pc.createOffer())
+            answer = await self._offer_resume(pc.localDescription.sdp, token, deadline, move)
+            if answer is None:
+                return
+            await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+            if not await self._heard[pc].wait(
+                move.asked_at, SWITCH_AFTER_FRAMES, deadline - time.monotonic()
+            ):
+                move.outcome = "no_echo"
+                return
+            old, old_location = self.pc, self.location
+            self.pc, self.location = pc, move.location  # heard from now on
+            move.switched_at = time.monotonic()
+            move.outcome = "moved"
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with (
+                    aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+                    http.delete(self.whip_url + old_location, headers=self.headers),
+                ):
+                    pass
+            await self._close(old)
+        except Exception as exc:  # a move that breaks leaves the caller on its old call
+            move.outcome = f"error: {exc!r}"
+        finally:
+            if self.pc is not pc:
+                await self._close(pc)
+
+    async def _offer_resume(self, sdp: str, token: str, deadline: float, move: Move) -> str | None:
+        """The answer to a resume offer, retried on 503 after its Retry-After while the
+        deadline allows; None (``move.outcome`` says why) when refused or out of time."""
+        for _ in range(MAX_RESUME_ATTEMPTS):
+            status, body, location, retry_s = await self._post(sdp, {RESUME_HEADER: token})
+            move.statuses.append(status)
+            if status == 201:
+                move.location = location
+                return body
+            if status != 503:
+                move.outcome = f"refused: {status} {body.strip()}"
+                return None
+            if time.monotonic() + retry_s >= deadline:
+                break
+            await asyncio.sleep(retry_s)
+        move.outcome = "deadline"
+        return None
+
+    async def _close(self, pc: RTCPeerConnection) -> None:
+        if pc not in self._closed:
+            self._closed.append(pc)
+            self._heard.pop(pc, None)
+            await pc.close()
+
+    async def close(self) -> None:
+        """Hang up every connection (the current one, and one a move left open)."""
+        if self._moving is not None:
+            self._moving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._moving
+        await self._close(self.pc)
 
 
 class EchoCounter:

@@ -42,9 +42,16 @@ async def call(request: web.Request) -> web.WebSocketResponse:
 
     async def on_event(event: dict) -> None:
         if event.get("type") == "session.start":
-            log.info("call %s: started, audio %s", session_id, event.get("audio"))
-            await ws.send_json({"type": "session.started", "session_id": session_id})
+            # resumed: the call moved here from a transceiver that was scaled down; a voice
+            # agent keyed by session_id would go on with the conversation it has.
+            resumed = bool(event.get("resumed"))
+            log.info("call %s: started, audio %s, resumed %s", session_id, event.get("audio"),
+                     resumed)  # fmt: skip
+            await ws.send_json(
+                {"type": "session.started", "session_id": session_id, "resumed": resumed}
+            )
         elif event.get("type") == "session.end":
+            # reason "migrated": the call goes on at another transceiver; keep its state.
             log.info("call %s: ended (%s)", session_id, event.get("reason"))
             await ws.close()
         else:

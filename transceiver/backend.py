@@ -65,6 +65,10 @@ class SessionInfo:
     transceiver_id: int  # 0..65535, as in the routing hint
     remote: str  # "ip:port" of the client as the transceiver saw it; may be ""
     metadata: dict[str, str] = field(default_factory=dict)  # free-form and small (user agent...)
+    # True when the call moved here from a transceiver that was scaled down: the same
+    # session_id goes on (a voice agent keeps its conversation); its old session ends with
+    # reason "migrated" (docs/backend-protocol.md, "Resumed calls").
+    resumed: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, str) or not _SESSION_ID.fullmatch(self.session_id):

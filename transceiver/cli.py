@@ -367,6 +367,16 @@ def main() -> None:
     show_default=True,
     help="Requests passed on to other transceivers at once; more are answered 503 + Retry-After.",
 )
+@env_option(
+    "--migrate-deadline",
+    env="MIGRATE_DEADLINE",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="On drain, callers with a data channel are asked to move to another transceiver "
+    "(with --peer-http/--peer-http-dns): seconds they have to re-offer, and that their old "
+    "call lasts at most once moved.",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
@@ -446,6 +456,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         peer_http_dns=opts["peer_http_dns"],
         peer_timeout_s=opts["peer_timeout"],
         peer_max_forwards=opts["peer_max_forwards"],
+        migrate_deadline_s=opts["migrate_deadline"],
     ).validate()
 
 

@@ -65,6 +65,9 @@ class TransceiverConfig:
     peer_http_dns: str | None = None
     peer_timeout_s: float = 5.0  # a forwarded request's whole exchange with the owner
     peer_max_forwards: int = 32  # forwards under way at once; more: 503 + Retry-After
+    # On drain, a caller asked to move has this long to claim its resume token; a claimed old
+    # call ends this long after the claim at the latest (transceiver.migration).
+    migrate_deadline_s: float = 10.0
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -103,6 +106,7 @@ class TransceiverConfig:
             ("--max-sdp-bytes", self.max_sdp_bytes),
             ("--body-timeout", self.body_timeout_s),
             ("--address-ttl", self.address_ttl_s),
+            ("--migrate-deadline", self.migrate_deadline_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

@@ -5,6 +5,10 @@
   no ICE restart: clients are reached through the relay and a restart means a new session).
   The id is signed and names the owning transceiver (``common.sessionid``): any transceiver
   takes these requests and passes them on to the owner (``transceiver.routes``, ``.peerhttp``).
+- ``POST /whip`` with ``X-Rtcedge-Resume: <token>`` moves a call here from a draining
+  transceiver: the token is claimed from its owner (``transceiver.routes.route_resume``,
+  ``.peerhttp``), the session takes the call's id and the backend resumes it. The owner answers
+  claims at ``CLAIM_PATH``, for peers only (docs/transceiver.md, "Moving calls on scale-down").
 - ``OPTIONS`` and CORS headers, so a page from another origin can call it; optional bearer token
   (a static one, or short-lived signed ones: ``transceiver.tokens``).
 - Errors are plain-text reasons with a precise status: 400 bad offer, 401 token, 404 session,
@@ -30,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transceiver.backend import BackendError
 from transceiver.load import Refusal
+from transceiver.migration import ClaimRefused
 from transceiver.offer import OfferError, check_offer
 from transceiver.peerhttp import PeerForwarder
 from transceiver.quota import (
@@ -40,7 +45,13 @@ from transceiver.quota import (
     from_trusted_proxy,
     retry_after,
 )
-from transceiver.routes import FORWARDED_HEADER, Local, Refused
+from transceiver.routes import (
+    CLAIM_PATH,
+    FORWARDED_HEADER,
+    RESUME_HEADER,
+    Local,
+    Refused,
+)
 from transceiver.server import SessionLimitError, TransceiverServer
 from transceiver.session import Session
 from transceiver.tokens import TokenError, TokenVerifier
@@ -55,6 +66,19 @@ PATCH_REASON = (
     "the relay) and an ICE restart needs a new session (POST a new offer)"
 )
 UNAUTHORIZED = "missing or invalid bearer token"
+# A resume offer refused, by why (transceiver.migration.FAILURE_REASONS): status and reason.
+INVALID_TOKEN = (400, "invalid resume token")
+RESUME_REFUSALS = {
+    "replayed": (409, "resume token already used"),
+    "expired": (410, "resume token expired"),
+    "no_session": (410, "the call to resume is gone"),
+    "owner_gone": (410, "the call to resume is gone"),
+    "no_peer": (410, "the call to resume is gone"),
+    "busy": (503, "the call's transceiver is busy or failed, try again"),
+    "owner_failed": (503, "the call's transceiver is busy or failed, try again"),
+}
+# What the owner's claim endpoint answers, by ClaimRefused reason (anything else: 400).
+CLAIM_ANSWERS = {"no_session": 404, "replayed": 409, "expired": 410}
 
 
 class Unauthorized(Exception):
@@ -133,10 +157,23 @@ def make_app(server: TransceiverServer) -> web.Application:
         count(method, status)
         return web.Response(status=status, text=reason + "\n", headers=headers)
 
-    def refuse(refusal: Refusal) -> web.Response:
-        """503 + Retry-After: no capacity now (``TransceiverServer.capacity_refusal``)."""
+    def refuse(refusal: Refusal, resume: bool = False) -> web.Response:
+        """503 + Retry-After: no capacity now (``TransceiverServer.capacity_refusal``). A call
+        that is moving has seconds to do it: another pod may take it at once (0 from a draining
+        one, which the Service is dropping) or soon (1)."""
         server.metrics.refusals.labels(refusal.reason).inc()
-        return fail("POST", 503, refusal.text, **{"Retry-After": str(refusal.retry_after_s)})
+        retry_s = refusal.retry_after_s
+        if resume:
+            retry_s = 0 if refusal.reason == "draining" else 1
+        return fail("POST", 503, refusal.text, **{"Retry-After": str(retry_s)})
+
+    def resume_refused(reason: str) -> web.Response:
+        """A resume offer refused: counted by reason (the token itself never logged)."""
+        server.metrics.migrations_failed.labels(reason).inc()
+        log.info("resume offer refused: %s", reason)
+        status, text = RESUME_REFUSALS.get(reason, INVALID_TOKEN)
+        headers = {"Retry-After": PEER_RETRY_AFTER_S} if status == 503 else {}
+        return fail("POST", status, text, **headers)
 
     def unauthorized(method: str, exc: Unauthorized) -> web.Response:
         log.debug("%s refused (401): %s", method, exc.reason)
@@ -154,9 +191,10 @@ def make_app(server: TransceiverServer) -> web.Application:
             )
         if request.content_length is not None and request.content_length > cfg.max_sdp_bytes:
             return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
+        resume = request.headers.get(RESUME_HEADER)
         refusal = server.capacity_refusal()
         if refusal is not None:
-            return refuse(refusal)
+            return refuse(refusal, resume is not None)
         address = client_address(
             request.remote, request.headers.get(cfg.client_address_header), trusted
         )
@@ -179,7 +217,7 @@ def make_app(server: TransceiverServer) -> web.Application:
             )
         session: Created | web.Response | None = None
         try:
-            session = await create(request, address, subject, now)
+            session = await create(request, address, subject, now, resume)
         finally:
             if per_client is not None:
                 per_client.settle(key, session.id if isinstance(session, Created) else None)
@@ -195,10 +233,15 @@ def make_app(server: TransceiverServer) -> web.Application:
         )
 
     async def create(
-        request: web.Request, address: str | None, subject: str | None, received_at: float
+        request: web.Request,
+        address: str | None,
+        subject: str | None,
+        received_at: float,
+        resume: str | None,
     ) -> Created | web.Response:
         """Read and check the offer, make the session: its answer, or the error response.
-        ``received_at``: when the POST arrived (time.monotonic())."""
+        ``received_at``: when the POST arrived (time.monotonic()). ``resume``: the offer's
+        resume token, claimed from its owner only once the offer is known good."""
         try:
             raw = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
@@ -217,12 +260,21 @@ def make_app(server: TransceiverServer) -> web.Application:
         region = None
         if cfg.region_header and from_trusted_proxy(request.remote, trusted):
             region = request.headers.get(cfg.region_header)
+        resume_of = None
+        if resume is not None:
+            route = server.router.route_resume(resume, time.time(), cfg.migrate_deadline_s)
+            if isinstance(route, Refused):
+                return resume_refused(route.reason)
+            claimed = await forwarder.claim(route, resume)
+            if isinstance(claimed, str):
+                return resume_refused(claimed)
+            resume_of, metadata = claimed  # the call's own metadata, as its backend had it
         try:
             session = await server.create_session(
-                offer, address or "", metadata, region, offer_at=received_at
+                offer, address or "", metadata, region, offer_at=received_at, resume_of=resume_of
             )
         except SessionLimitError as exc:
-            return refuse(exc.refusal)
+            return refuse(exc.refusal, resume is not None)
         except BackendError as exc:
             # The detail (it may name the backend's URL and a secret in it) stays in our log.
             server.metrics.backend_errors.inc()
@@ -285,6 +337,21 @@ def make_app(server: TransceiverServer) -> web.Application:
             return session
         return fail("PATCH", 405, PATCH_REASON, Allow="DELETE, OPTIONS")
 
+    async def claim(request: web.Request) -> web.Response:
+        """The owner's side of a move: a peer claims a resume token (``transceiver.peerhttp``).
+        Only requests marked as forwarded are answered (a client never calls this); the token
+        is the capability, answered once: 200 + the call id and metadata as JSON."""
+        token = request.headers.get(RESUME_HEADER)
+        if FORWARDED_HEADER not in request.headers or token is None:
+            return web.Response(status=404, text="not found\n")
+        try:
+            call_id, metadata = server.claim_migration(token)
+        except ClaimRefused as exc:
+            log.info("resume claim refused: %s", exc.reason)
+            status = CLAIM_ANSWERS.get(exc.reason, 400)
+            return web.Response(status=status, text=f"{exc.reason}\n")
+        return web.json_response({"call_id": call_id, "metadata": metadata})
+
     async def options(request: web.Request) -> web.Response:
         return web.Response(status=204, headers={"Accept-Post": "application/sdp"})
 
@@ -296,6 +363,7 @@ def make_app(server: TransceiverServer) -> web.Application:
     app.router.add_delete("/whip/{session_id}", delete_whip)
     app.router.add_patch("/whip/{session_id}", patch_whip)
     app.router.add_route("OPTIONS", "/whip/{session_id}", options)
+    app.router.add_post(CLAIM_PATH, claim)
     _add_health(app, server)
     app.router.add_get("/", index)
     if STATIC_DIR.is_dir():
@@ -341,7 +409,9 @@ def _cors(origin: str):  # type: ignore[no-untyped-def]
         response = await handler(request)
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Access-Control-Allow-Methods"] = "POST, DELETE, PATCH, OPTIONS"
-        response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, If-Match"
+        response.headers["Access-Control-Allow-Headers"] = (
+            f"Authorization, Content-Type, If-Match, {RESUME_HEADER}"
+        )
         response.headers["Access-Control-Expose-Headers"] = "Location, ETag, Retry-After"
         return response
 

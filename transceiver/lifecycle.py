@@ -43,6 +43,7 @@ END_REASONS = (
     "backend_error",
     "backend_hangup",  # the backend ended the call (session.hangup event)
     "shutdown",  # the transceiver stopped (drain grace over)
+    "migrated",  # the call moved to another transceiver (claimed resume token), then hung up here
     "error",  # an unexpected exception while setting up or running
 )
 

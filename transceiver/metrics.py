@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from transceiver.migration import FAILURE_REASONS
 from transceiver.routes import REFUSAL_REASONS
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
@@ -197,6 +198,37 @@ class TransceiverMetrics:
         )
         for method in ("DELETE", "PATCH"):
             self.session_requests_forwarded.labels(method)
+        self.migrations_offered = Counter(
+            "rtcedge_transceiver_migrations_offered",
+            "Callers asked to move on drain (session.migrate with a resume token).",
+            registry=r,
+        )
+        self.migrations_claimed = Counter(
+            "rtcedge_transceiver_migrations_claimed",
+            "Resume tokens of this transceiver's calls claimed by another transceiver.",
+            registry=r,
+        )
+        self.migrations_resumed = Counter(
+            "rtcedge_transceiver_migrations_resumed",
+            "Sessions started here for a call that moved from another transceiver.",
+            registry=r,
+        )
+        self.migrations_completed = Counter(
+            "rtcedge_transceiver_migrations_completed",
+            "Claimed calls whose caller then hung up the old session: moves completed.",
+            registry=r,
+        )
+        self.migrations_failed = Counter(
+            "rtcedge_transceiver_migrations_failed",
+            "Moves that failed, by reason: a resume offer refused here (the token's malformed,"
+            " version, unknown_key, bad_tag, expired, future; cluster, self, no_peer; the"
+            " owner's no_session, replayed; owner_gone, owner_failed, busy), or, at the owner,"
+            " an offer never claimed (unclaimed) or a claimed call never hung up (not_switched).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in FAILURE_REASONS:
+            self.migrations_failed.labels(reason)
         self.whip_requests = Counter(
             "rtcedge_transceiver_whip_requests",
             "WHIP requests, by method and status.",

@@ -13,6 +13,12 @@ names its owner (``common.sessionid``); ``SessionRouter.route`` decides, with no
 The address comes from our own configuration for a verified transceiver id, never from the
 request: an id carries no address, so nobody can make a pod send a request anywhere else.
 ``transceiver.http`` does the forwarding and counts every refusal by reason.
+
+``route_resume`` does the same for the resume token of an offer that moves a call
+(``common.resumetoken``, docs/transceiver.md "Moving calls on scale-down"): a token that does
+not verify, names another cluster or this transceiver (``self``: the caller re-offered to the
+pod it is leaving), or an owner without an address is refused; else the claim goes to the
+owner's address, again from our configuration only.
 """
 
 from __future__ import annotations
@@ -21,11 +27,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common.hint import Keyring
+from common.resumetoken import ResumeToken, ResumeTokenError, verify_resume_token
 from common.sessionid import SESSION_ID_ERROR_REASONS, SessionIdError, verify_session_id
 
 FORWARDED_HEADER = "X-Rtcedge-Forwarded"
 """Set on a forwarded request (to the sender's transceiver id): its receiver never forwards it
 again. It grants nothing: a client that sets it only keeps its own request from being passed on."""
+
+RESUME_HEADER = "X-Rtcedge-Resume"
+"""The resume token of an offer that moves a call (and of the claim that follows). A bearer
+secret for one move: never logged, never in a URL."""
+CLAIM_PATH = "/peer/resume-claim"
+"""The owner's internal endpoint a claim goes to; it answers only requests that carry
+``FORWARDED_HEADER`` (a client never needs it), and a valid token only once."""
 
 REFUSAL_REASONS: tuple[str, ...] = (
     *SESSION_ID_ERROR_REASONS,
@@ -56,6 +70,14 @@ class Refused:
 
 
 Route = Local | Forward | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Claim ``token`` from its owner at ``address``."""
+
+    token: ResumeToken
+    address: tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -107,3 +129,19 @@ class SessionRouter:
         if address is None:
             return Refused("no_peer")
         return Forward(sid.transceiver_id, address)
+
+    def route_resume(self, token: str, now_s: float, max_ttl_s: float) -> Claim | Refused:
+        """Where to claim a resume token (see the module); ``max_ttl_s``: the longest a token
+        we give lives (``--migrate-deadline``)."""
+        try:
+            verified = verify_resume_token(self.keyring, token, now_s, max_ttl_s)
+        except ResumeTokenError as exc:
+            return Refused(exc.reason)
+        if verified.cluster != self.cluster:
+            return Refused("cluster")
+        if verified.transceiver_id == self.transceiver_id:
+            return Refused("self")
+        address = self.peers.address(verified.transceiver_id)
+        if address is None:
+            return Refused("no_peer")
+        return Claim(verified, address)

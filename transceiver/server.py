@@ -16,6 +16,8 @@ import time
 
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
+from common.resumetoken import NONCE_LEN as RESUME_NONCE_LEN
+from common.resumetoken import ResumeTokenError, sign_resume_token, verify_resume_token
 from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
 from transceiver import opus
@@ -30,6 +32,7 @@ from transceiver.lifecycle import State
 from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
 from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
+from transceiver.migration import MIGRATE_EVENT, ClaimRefused, Migrations
 from transceiver.outbound import AudioClock
 from transceiver.session import Session, SessionContext
 from transceiver.udpedge import UdpEdge
@@ -69,6 +72,13 @@ class TransceiverServer:
         self.sessions: dict[str, Session] = {}  # by call id (Session.id)
         self.router = config.session_router(self.keyring)  # WHIP resource id -> its owner
         self.draining = False
+        # Calls offered a move on drain, and claimed (transceiver.migration). Moves are offered
+        # only to a transceiver that knows its peers: a lone one has nowhere to move calls.
+        self.migrations = Migrations(config.migrate_deadline_s)
+        peers = config.peers()
+        self.can_migrate = bool(set(peers.static) - {config.transceiver_id}) or bool(
+            peers.dns_template
+        )
         # One DTLS certificate for the process's sessions, a new one every day.
         self.certificates = CertificateHolder(time.monotonic())
         self._session_context = SessionContext(
@@ -161,6 +171,7 @@ class TransceiverServer:
         metadata: dict[str, str],
         region_header: str | None = None,
         offer_at: float | None = None,
+        resume_of: str | None = None,
     ) -> Session:
         """Where a session is created: credentials, table entries, then its SDP answer.
 
@@ -168,12 +179,16 @@ class TransceiverServer:
         the value of --region-header, only if a trusted proxy set it. Both choose the relay
         addresses the answer advertises (``transceiver.regions``). ``offer_at``: when the
         POST arrived (time.monotonic()), the start of the session's connect breakdown.
+        ``resume_of``: the call id of a call that moves here (its resume token was claimed
+        from its owner): the session takes it, and the backend is told it is resumed.
         """
         refusal = self.capacity_refusal()
         if refusal is not None:
             raise SessionLimitError(refusal)
+        if resume_of is not None and resume_of in self.sessions:
+            raise ValueError("the call to resume is already here")
         choice = self.regions.choose(region_header, remote)
-        session_id = secrets.token_hex(CALL_ID_LEN)
+        session_id = resume_of or secrets.token_hex(CALL_ID_LEN)
         resource_id = sign_session_id(
             self.keyring, self.config.cluster, self.config.transceiver_id, time.time(), session_id
         )
@@ -195,11 +210,15 @@ class TransceiverServer:
         self.metrics.sessions_started.inc()
         self.metrics.region_sessions.labels(choice.region).inc()
         try:
-            session.answer_sdp = await session.answer(offer_sdp, remote, metadata)
+            session.answer_sdp = await session.answer(
+                offer_sdp, remote, metadata, resumed=resume_of is not None
+            )
         except BaseException:
             session.end("error")
             await session.closed.wait()
             raise
+        if resume_of is not None:
+            self.metrics.migrations_resumed.inc()
         return session
 
     def _selected(self, ufrag: str, client: Addr) -> bool:
@@ -216,6 +235,12 @@ class TransceiverServer:
             self.demux.remove(session.ufrag)
             self._count_sessions()
             self.metrics.sessions_ended.labels(reason).inc()
+            outcome = self.migrations.forget(session.id)
+            if outcome == "claimed":  # the caller hung up the old call: it has moved
+                self.metrics.migrations_completed.inc()
+            elif outcome is not None:  # "offered" (never claimed) or "overdue"
+                reason = "unclaimed" if outcome == "offered" else "not_switched"
+                self.metrics.migrations_failed.labels(reason).inc()
 
     def _count_sessions(self) -> None:
         """The gauges of live sessions, after one started or ended: how many, and how full."""
@@ -230,6 +255,10 @@ class TransceiverServer:
                 reason = session.lifecycle.due(now)
                 if reason is not None:
                     session.end(reason)
+            for call_id in self.migrations.due(now):  # moved, yet the caller kept the old call
+                session = self.sessions.get(call_id)
+                if session is not None:
+                    session.end("migrated")
             self.demux.expire(now, self.config.address_ttl_s)
             self.metrics.client_addresses.set(self.demux.addresses)
 
@@ -248,13 +277,70 @@ class TransceiverServer:
             m.sessions_unsettled.set(self.unsettled(time.monotonic()))
             m.overloaded.set(int(self.headroom.overloaded))
 
+    # -- moving calls ------------------------------------------------------------------------------
+    def offer_migrations(self, drain_ends_at: float) -> int:
+        """Ask each caller whose data channel is open, and who was not asked yet, to move
+        (``session.migrate`` with a resume token): how many were asked. A caller that does not
+        know the event ignores it and drains as before."""
+        if not self.can_migrate:
+            return 0
+        now, wall = time.monotonic(), time.time()
+        deadline_s = min(self.config.migrate_deadline_s, max(0.0, drain_ends_at - now))
+        asked = 0
+        for session in list(self.sessions.values()):
+            if self.migrations.offered(session.id) or session.state is not State.CONNECTED:
+                continue
+            nonce = secrets.token_bytes(RESUME_NONCE_LEN)
+            token = sign_resume_token(
+                self.keyring,
+                self.config.cluster,
+                self.config.transceiver_id,
+                wall + deadline_s,
+                session.id,
+                nonce,
+            )
+            event = {
+                "type": MIGRATE_EVENT,
+                "resume_token": token,
+                "deadline_ms": int(deadline_s * 1000),
+            }
+            if session.tell_caller(event):
+                self.migrations.offer(session.id, nonce, now)
+                self.metrics.migrations_offered.inc()
+                asked += 1
+        return asked
+
+    def claim_migration(self, token: str) -> tuple[str, dict[str, str]]:
+        """The owner's side of a claim (the internal endpoint): the call id and the metadata
+        its backend got, once per token; else ClaimRefused (a reason of CLAIM_REFUSALS, or the
+        token's own: ``common.resumetoken``). The old session then ends when its caller hangs
+        it up, or ``--migrate-deadline`` after this claim."""
+        try:
+            verified = verify_resume_token(
+                self.keyring, token, time.time(), self.config.migrate_deadline_s
+            )
+        except ResumeTokenError as exc:
+            raise ClaimRefused(exc.reason) from None
+        if verified.owner != (self.config.cluster, self.config.transceiver_id):
+            raise ClaimRefused("no_session")
+        session = self.sessions.get(verified.call_id)
+        live = session is not None and session.state not in (State.CLOSING, State.CLOSED)
+        self.migrations.claim(verified.call_id, verified.nonce, time.monotonic(), live)
+        assert session is not None  # live
+        session.moved = True
+        self.metrics.migrations_claimed.inc()
+        return session.id, dict(session.metadata)
+
     # -- shutdown --------------------------------------------------------------------------------
     async def drain(self, grace_s: float | None = None) -> None:
-        """Stop taking sessions; let live ones finish within the grace period, then end them."""
+        """Stop taking sessions; ask callers to move (``offer_migrations``: callers whose data
+        channel opens during the drain are asked then); let live calls finish or move within
+        the grace period, then end them."""
         self.draining = True
         grace = self.config.drain_grace_s if grace_s is None else grace_s
         deadline = time.monotonic() + grace
         while self.sessions and time.monotonic() < deadline:
+            self.offer_migrations(deadline)
             await asyncio.sleep(0.1)
         await self.close()
 

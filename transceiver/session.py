@@ -99,16 +99,23 @@ class Session:
         self.backend: BackendSession | None = None
         self.audio_format = ""  # the backend's choice (transceiver.backend.AUDIO_FORMATS)
         self.channel: Any = None
+        self.metadata: dict[str, str] = {}  # as the backend got it; a call that moves takes it
         self._pending_events: list[str] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connect_task: asyncio.Task[Any] | None = None
         self.closed = asyncio.Event()
         self.frames_in = 0
         self._connect_reported = False
+        # Set once another transceiver claimed this call's resume token: the call lives on
+        # there, so however this session ends, it ends as "migrated" (the backend is told so).
+        self.moved = False
 
     # -- set-up -------------------------------------------------------------------------------
-    async def answer(self, offer_sdp: str, remote: str, metadata: dict[str, str]) -> str:
-        """Apply the offer, open the backend, and return the SDP answer."""
+    async def answer(
+        self, offer_sdp: str, remote: str, metadata: dict[str, str], resumed: bool = False
+    ) -> str:
+        """Apply the offer, open the backend, and return the SDP answer. ``resumed``: the call
+        moved here from another transceiver (its id is the call's own, the backend is told)."""
         pc = self.pc
         pc.on("datachannel", self._on_datachannel)
         pc.on("iceconnectionstatechange", self._on_ice_state)
@@ -122,7 +129,8 @@ class Session:
         outbound.install(
             pc, self.out_track, self._context.audio_clock, lambda d: send(ufrag, d, None)
         )
-        info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata)
+        self.metadata = dict(metadata)
+        info = SessionInfo(self.id, self._context.transceiver_id, remote, metadata, resumed)
         self.backend = await self._context.backend.open_session(
             info, self._emit_audio, self._emit_event, self._on_backend_failure
         )
@@ -252,6 +260,14 @@ class Session:
         elif len(self._pending_events) < MAX_PENDING_EVENTS:
             self._pending_events.append(text)
 
+    def tell_caller(self, event: dict[str, Any]) -> bool:
+        """An event from the transceiver itself (``session.migrate``) to the caller, now, if its
+        data channel is open; False when it cannot hear it."""
+        if self.channel is None or self.channel.readyState != "open":
+            return False
+        self.channel.send(json.dumps(event))
+        return True
+
     def _flush_events(self) -> None:
         pending, self._pending_events = self._pending_events, []
         for text in pending:
@@ -297,6 +313,8 @@ class Session:
     # -- ending ----------------------------------------------------------------------------------
     def end(self, reason: str) -> None:
         """Start ending the session (idempotent); teardown runs in a task."""
+        if self.moved:
+            reason = "migrated"
         if self.lifecycle.close(time.monotonic(), reason):
             self._report_connect()
             log.info("session %s ending: %s", self.id, reason)

@@ -84,3 +84,18 @@ def test_without_redis_server_its_scenarios_are_skipped_with_a_note(tmp_path: Pa
     assert_plot_beside(result_json, stdout)  # drawn with the skipped scenario named
     assert result["worker"]["trials"] == 1
     assert_quick_run_output(stdout, steps=1)
+
+
+def test_quick_scale_down_moves_every_call_and_judges_nothing(tmp_path: Path) -> None:
+    """SIGTERM the transceiver carrying four callers, once: each moves (same call, another
+    transceiver) and its gap is measured; the quick run does not judge the target."""
+    code, stdout, stderr = run_recovery(["--quick", "--scenario", "scale-down"], tmp_path)
+    assert code == 0, stderr[-2000:]
+    result_json = next(tmp_path.glob("recovery-*.json"))
+    s = json.loads(result_json.read_text())["scale-down"]
+    assert s["trials"] == 1 and s["callers"] == 4 and s["transceivers"] == 3
+    assert s["moves"] == {"moved": 4}, s["moves"]
+    assert len(s["gap_ms"]) == 4 and all(0 <= g < 10_000 for g in s["gap_ms"]), s["gap_ms"]
+    assert s["target_p95_ms"] == 250 and s["max_ms"] == max(s["gap_ms"])
+    assert_plot_beside(result_json, stdout)
+    assert_quick_run_output(stdout, steps=1)

@@ -144,7 +144,9 @@ def test_echo_returns_audio_and_wraps_events() -> None:
         assert isinstance(backend, EchoBackend) and backend.name == "echo"
         call = info()
         session = await backend.open_session(call, *sinks.args())
-        assert sinks.events == [{"type": "session.started", "session_id": call.session_id}]
+        assert sinks.events == [
+            {"type": "session.started", "session_id": call.session_id, "resumed": False}
+        ]
         session.audio_in(frame(1))
         session.event_in({"type": "hello", "n": 1})
         assert sinks.audio == [frame(1)]
@@ -235,7 +237,7 @@ def test_websocket_round_trip_with_the_example_server() -> None:
         assert await wait_until(lambda: len(sinks.audio) == 5 and len(sinks.events) == 2, 2)
         assert sinks.audio == [frame(n) for n in range(5)]
         assert sinks.events == [
-            {"type": "session.started", "session_id": call.session_id},
+            {"type": "session.started", "session_id": call.session_id, "resumed": False},
             {"type": "echo", "event": {"type": "ping", "text": "héllo"}},
         ]
         assert (session.frames_in, session.frames_out, session.frames_dropped) == (5, 5, 0)
@@ -277,6 +279,7 @@ def test_server_sees_session_start_audio_events_then_session_end() -> None:
                 "transceiver_id": 7,
                 "remote": "203.0.113.5:50000",
                 "metadata": {"user_agent": "test"},
+                "resumed": False,
                 "audio": {
                     "encoding": "pcm16le",
                     "sample_rate": 48000,
@@ -656,5 +659,33 @@ def test_websocket_backend_without_a_subprotocol_stays_pcm16() -> None:
         await session.close("hangup")
         await backend.close()
         await runner.cleanup()
+
+    run(body())
+
+
+def test_a_resumed_call_says_so_to_both_backends() -> None:
+    """A call moved from a draining transceiver keeps its session_id; the backend sees
+    resumed=true (echo: in session.started; websocket: in session.start)."""
+    received: list = []
+
+    async def handler(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await record(ws, received)
+
+    async def body() -> None:
+        call = info(resumed=True)
+        sinks = Sinks()
+        await create_backend("echo").open_session(call, *sinks.args())
+        assert sinks.events[0] == {
+            "type": "session.started",
+            "session_id": call.session_id,
+            "resumed": True,
+        }
+        async with Server(handler) as server:
+            backend = create_backend("websocket", server.url)
+            session = await backend.open_session(call, *Sinks().args())
+            assert await wait_until(lambda: len(received) == 1, 2)
+            await session.close("migrated")
+            await backend.close()
+        assert received[0]["session_id"] == call.session_id and received[0]["resumed"] is True
 
     run(body())

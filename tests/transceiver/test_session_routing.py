@@ -20,12 +20,12 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
+from bench.front import RoundRobinFront
 from bench.peers import RelayProcess, TransceiverProcess, free_port
 from bench.webrtc_client import EchoCaller
 from common.hint import Keyring
 from common.sessionid import sign_session_id, verify_session_id
 from tests.support.inprocess import direct_config, running
-from tests.support.roundrobin import RoundRobinFront
 from tests.support.waits import run, wait_until
 from tests.support.whip import make_offer, post
 from transceiver.routes import FORWARDED_HEADER

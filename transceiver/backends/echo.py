@@ -167,5 +167,7 @@ class EchoBackend(Backend):
         on_failure: Callable[[str], None],
     ) -> EchoSession:
         session = EchoSession(info, emit_audio, emit_event, audio_format=self.audio_format)
-        emit_event({"type": "session.started", "session_id": info.session_id})
+        emit_event(
+            {"type": "session.started", "session_id": info.session_id, "resumed": info.resumed}
+        )
         return session

@@ -426,6 +426,7 @@ class WebSocketBackend(Backend):
             "transceiver_id": info.transceiver_id,
             "remote": info.remote,
             "metadata": dict(info.metadata),
+            "resumed": info.resumed,
         }
         ws: aiohttp.ClientWebSocketResponse | None = None
         audio_format = PCM16

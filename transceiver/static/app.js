@@ -1,6 +1,10 @@
 // rtcedge demo page: one WHIP session with a sendrecv audio transceiver and an "events" data
 // channel. No framework, no build step. The server answers with a single host candidate (the
 // relay's public address) and ignores ours, so the offer is sent at once, without trickle.
+// When the transceiver is scaled down it asks the page to move ({"type": "session.migrate"} on
+// the data channel): the page re-offers the same microphone track with the resume token and
+// switches to the new connection once it carries audio (docs/transceiver.md, "Moving calls on
+// scale-down").
 // window.rtcedge is the hook the browser test (tests/transceiver/browser_harness.py) reads.
 "use strict";
 
@@ -9,6 +13,10 @@
   const TICK_MS = 1000; // stats refresh and ping period
   const MAX_MESSAGES = 50; // kept for stats(); the page shows the newest few
   const SHOWN_MESSAGES = 8;
+  const RESUME_HEADER = "X-Rtcedge-Resume"; // the resume token of an offer that moves a call
+  const MAX_RESUME_ATTEMPTS = 20; // resume offers of one move (503s from draining pods retried)
+  const SWITCH_AFTER_PACKETS = 10; // audio packets the new connection must carry first
+  const MAX_MIGRATIONS = 20; // kept for state()
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -46,6 +54,7 @@
   let messages = [];
   let dcRoundTripMs = null;
   let hangupStatus = null; // HTTP status of the last hang-up's DELETE
+  let migrations = []; // how each move went: {outcome, statuses, ms}
 
   function showError(text) {
     error = text;
@@ -108,7 +117,102 @@
     if (data && data.type === "echo" && data.event && data.event.type === "ping") {
       dcRoundTripMs = Date.now() - data.event.t;
     }
+    if (data && data.type === "session.migrate" && session) migrate(session, data);
     renderMessages();
+  }
+
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  // Our transceiver is being scaled down: offer the same microphone track again, with the
+  // resume token, to the same WHIP URL (the load balancer picks another transceiver; a 503 from
+  // a draining one is retried after its Retry-After, within the deadline); once the new
+  // connection carries audio, listen to it, DELETE the old session and close the old
+  // connection. If anything fails the page stays on its old call (which ends at the drain).
+  async function migrate(s, data) {
+    if (s.moving || !s.stream || typeof data.resume_token !== "string") return;
+    s.moving = true;
+    const begun = performance.now();
+    const deadline = begun + (Number(data.deadline_ms) || 0);
+    const record = { outcome: "under way", statuses: [], ms: null };
+    migrations.push(record);
+    if (migrations.length > MAX_MIGRATIONS) migrations = migrations.slice(-MAX_MIGRATIONS);
+    const next = { pc: null, dc: null, stream: null };
+    try {
+      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy: "max-bundle" });
+      next.pc = pc;
+      pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: "sendrecv", streams: [s.stream] });
+      next.dc = pc.createDataChannel("events");
+      pc.ontrack = (event) => {
+        next.stream = event.streams[0] || new MediaStream([event.track]);
+      };
+      await pc.setLocalDescription(await pc.createOffer());
+      let response = null;
+      for (let attempt = 0; attempt < MAX_RESUME_ATTEMPTS; attempt++) {
+        response = await fetch(WHIP_URL, {
+          method: "POST",
+          headers: {
+            "Content-Type": "application/sdp",
+            ...s.authorization,
+            [RESUME_HEADER]: data.resume_token,
+          },
+          body: pc.localDescription.sdp,
+        });
+        record.statuses.push(response.status);
+        if (response.status !== 503) break;
+        const retry = Number(response.headers.get("Retry-After"));
+        const waitMs = Number.isFinite(retry) ? retry * 1000 : 1000;
+        if (performance.now() + waitMs >= deadline) break;
+        await sleep(waitMs);
+      }
+      if (response.status !== 201) throw new Error(await httpError(response, "Move refused"));
+      const location = response.headers.get("Location");
+      await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
+      if (!(await carriesAudio(pc, deadline))) throw new Error("Move: no audio on the new call");
+      if (session !== s) throw new Error("Move: hung up meanwhile");
+      const old = { pc: s.pc, dc: s.dc, location: s.location };
+      s.pc = pc;
+      s.dc = next.dc;
+      s.location = location ? new URL(location, response.url).href : null;
+      wire(s, pc);
+      if (next.stream) {
+        ui.audio.srcObject = next.stream;
+        ui.audio.play().catch(() => {});
+      }
+      record.outcome = "moved";
+      record.ms = Math.round(performance.now() - begun);
+      renderStates();
+      if (old.location) {
+        fetch(old.location, { method: "DELETE", headers: s.authorization }).catch(() => {});
+      }
+      if (old.dc) old.dc.close();
+      if (old.pc) old.pc.close();
+    } catch (e) {
+      record.outcome = "failed";
+      record.error = e.message || String(e);
+      if (next.pc && (!session || session.pc !== next.pc)) next.pc.close();
+    } finally {
+      s.moving = false;
+    }
+  }
+
+  // Whether the new connection carries audio before the deadline: packets whose decoded
+  // energy is above silence (the echo of the microphone), or, close to the deadline, packets.
+  async function carriesAudio(pc, deadline) {
+    while (performance.now() < deadline) {
+      let packets = 0;
+      let energy = 0;
+      (await pc.getStats()).forEach((st) => {
+        if (st.type === "inbound-rtp" && st.kind === "audio") {
+          packets = st.packetsReceived || 0;
+          energy = st.totalAudioEnergy || 0;
+        }
+      });
+      if (packets >= SWITCH_AFTER_PACKETS && (energy > 0 || deadline - performance.now() < 1000)) {
+        return true;
+      }
+      await sleep(50);
+    }
+    return false;
   }
 
   // One end of the selected candidate pair, or null when the report lacks it.
@@ -226,6 +330,7 @@
     messages = [];
     dcRoundTripMs = null;
     hangupStatus = null;
+    migrations = [];
     renderMessages();
     const started = performance.now();
     const s = {
@@ -261,33 +366,12 @@
         streams: [s.stream],
       });
       s.dc = pc.createDataChannel("events");
-      s.dc.onmessage = onMessage;
-      s.dc.onopen = () => {
-        mark("dataChannelOpenMs");
-        renderStates();
-      };
-      s.dc.onclose = renderStates;
+      s.mark = mark;
       pc.ontrack = (event) => {
         ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]);
         ui.audio.play().catch(() => {}); // autoplay may wait for the element; not an error
       };
-      pc.onconnectionstatechange = () => {
-        if (session !== s) return;
-        if (pc.connectionState === "connected" && s.timings.connectedMs == null) {
-          mark("connectedMs");
-        }
-        if (pc.connectionState === "failed") {
-          showError(`Connection failed (ICE ${pc.iceConnectionState}). Is the relay reachable?`);
-        }
-        renderStates();
-      };
-      pc.oniceconnectionstatechange = () => {
-        const ice = pc.iceConnectionState;
-        if (session === s && (ice === "connected" || ice === "completed")) {
-          if (s.timings.iceConnectedMs == null) mark("iceConnectedMs");
-        }
-        renderStates();
-      };
+      wire(s, pc);
 
       await pc.setLocalDescription(await pc.createOffer());
       const headers = { "Content-Type": "application/sdp", ...authorization() };
@@ -326,6 +410,34 @@
         showError(e.message || String(e));
       }
     }
+  }
+
+  // The handlers of a session's current connection and data channel (the first, or the one a
+  // move switched to): a connection the session has left no longer speaks for it.
+  function wire(s, pc) {
+    s.dc.onmessage = onMessage;
+    s.dc.onopen = () => {
+      if (s.timings.dataChannelOpenMs == null) s.mark("dataChannelOpenMs");
+      renderStates();
+    };
+    s.dc.onclose = renderStates;
+    pc.onconnectionstatechange = () => {
+      if (session !== s || s.pc !== pc) return;
+      if (pc.connectionState === "connected" && s.timings.connectedMs == null) {
+        s.mark("connectedMs");
+      }
+      if (pc.connectionState === "failed") {
+        showError(`Connection failed (ICE ${pc.iceConnectionState}). Is the relay reachable?`);
+      }
+      renderStates();
+    };
+    pc.oniceconnectionstatechange = () => {
+      const ice = pc.iceConnectionState;
+      if (session === s && s.pc === pc && (ice === "connected" || ice === "completed")) {
+        if (s.timings.iceConnectedMs == null) s.mark("iceConnectedMs");
+      }
+      renderStates();
+    };
   }
 
   async function hangUp() {
@@ -389,6 +501,8 @@
         iceConnectionState: pc ? pc.iceConnectionState : session ? "new" : last.iceConnectionState,
         error,
         hangupStatus,
+        location: session ? session.location : null,
+        migrations: migrations.map((m) => ({ ...m })),
       };
     },
     stats: collectStats,

@@ -1,10 +1,13 @@
 """A round-robin HTTP front, as a load-balanced Service or an ingress puts one before the
-transceivers: each request goes to the next upstream in turn, whatever it is for. It runs in the
-test's event loop on a loopback port, and records where each request went (``landed``)."""
+transceivers: each request goes to the next upstream in turn, whatever it is for, ready or not
+(a client retries a 503). It runs in the caller's event loop on a loopback port, and records
+where each request went (``landed``, the latest ``MAX_LANDED``). Used by the tests and by
+``rtcedge bench recovery --scenario scale-down``."""
 
 from __future__ import annotations
 
 import socket
+from collections import deque
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -16,10 +19,14 @@ from bench.peers import free_port
 _NOT_PASSED = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
 
+MAX_LANDED = 1000
+
+
 @dataclass
 class RoundRobinFront:
     upstreams: list[str]  # base URLs, e.g. http://127.0.0.1:8080
-    landed: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, upstream)
+    # (method, path, upstream index) of the latest requests; bounded: a benchmark runs long.
+    landed: deque[tuple[str, str, int]] = field(default_factory=lambda: deque(maxlen=MAX_LANDED))
     _turn: int = 0
 
     async def start(self) -> str:

@@ -38,9 +38,11 @@ __all__ = [
     "RoutingHint",
     "check_age",
     "seal",
+    "seal_url",
     "sign_hint",
     "unix_minutes",
     "unseal",
+    "unseal_url",
     "verify_hint",
 ]
 
@@ -208,6 +210,32 @@ def unseal(
     if not hmac.compare_digest(_tag(key, domain, body), raw[-TAG_LEN:]):
         raise error("bad_tag")
     return ver_key & 0x0F, body[1:]
+
+
+def seal_url(keyring: Keyring, domain: bytes, fields: bytes) -> str:
+    """``seal`` as URL-safe base64 (RFC 4648 5): the text form of the formats that travel in
+    URLs and headers (``common.sessionid``, ``common.resumetoken``). Their lengths are
+    multiples of 3 bytes: no padding."""
+    return base64.urlsafe_b64encode(seal(keyring, domain, fields)).decode("ascii")
+
+
+def unseal_url(
+    keyring: Keyring, domain: bytes, text: str, raw_len: int, error: type[HintError] = HintError
+) -> tuple[int, bytes]:
+    """The inverse of ``seal_url`` for a format of ``raw_len`` bytes: (key id, fields), or
+    ``error`` (``malformed``, then ``unseal``'s reasons). Cheapest first: length, alphabet,
+    then one HMAC."""
+    if len(text) != raw_len * 4 // 3:
+        raise error("malformed")
+    try:
+        raw = base64.urlsafe_b64decode(text.encode("ascii"))
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII text
+        raise error("malformed") from None
+    # urlsafe_b64decode skips characters outside its alphabet: a length check alone would let
+    # '+', '/', '=' or spaces through, and so two spellings of one value.
+    if len(raw) != raw_len or base64.urlsafe_b64encode(raw).decode() != text:
+        raise error("malformed")
+    return unseal(keyring, domain, raw, error)
 
 
 def unix_minutes(now_s: float) -> int:

@@ -22,12 +22,10 @@ gave from an older one for the same call. One use is the owner's business
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
 from dataclasses import dataclass
 
-from common.hint import TAG_LEN, HintError, Keyring, seal, unseal
+from common.hint import TAG_LEN, HintError, Keyring, seal_url, unseal_url
 from common.sessionid import CALL_ID_LEN
 
 __all__ = [
@@ -101,7 +99,7 @@ def sign_resume_token(
     if len(nonce) != NONCE_LEN:
         raise ValueError(f"nonce must be {NONCE_LEN} bytes")
     fields = _FIELDS.pack(cluster, transceiver_id, int(expires_s), raw_call_id, bytes(nonce))
-    return base64.urlsafe_b64encode(seal(keyring, DOMAIN, fields)).decode("ascii")
+    return seal_url(keyring, DOMAIN, fields)
 
 
 def verify_resume_token(
@@ -115,17 +113,7 @@ def verify_resume_token(
     ResumeTokenError. Cheapest first: length, alphabet, one HMAC, then the expiry: past is
     ``expired``; more than ``max_ttl_s`` (the longest we give) + ``max_skew_s`` ahead is
     ``future``."""
-    if len(text) != RESUME_TOKEN_LEN_CHARS:
-        raise ResumeTokenError("malformed")
-    try:
-        raw = base64.urlsafe_b64decode(text.encode("ascii"))
-    except (binascii.Error, ValueError):  # ValueError: non-ASCII text
-        raise ResumeTokenError("malformed") from None
-    # urlsafe_b64decode skips characters outside its alphabet: re-encode to refuse a second
-    # spelling of one token (common.sessionid does the same).
-    if len(raw) != RESUME_TOKEN_LEN_BYTES or base64.urlsafe_b64encode(raw).decode() != text:
-        raise ResumeTokenError("malformed")
-    key_id, fields = unseal(keyring, DOMAIN, raw, ResumeTokenError)
+    key_id, fields = unseal_url(keyring, DOMAIN, text, RESUME_TOKEN_LEN_BYTES, ResumeTokenError)
     cluster, transceiver_id, expires_s, raw_call_id, nonce = _FIELDS.unpack(fields)
     if now_s > expires_s:
         raise ResumeTokenError("expired")

@@ -20,8 +20,6 @@ clear in every STUN check, so anyone on the path would learn the URL that ends t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
 from dataclasses import dataclass
 
@@ -30,9 +28,9 @@ from common.hint import (
     HintError,
     Keyring,
     check_age,
-    seal,
+    seal_url,
     unix_minutes,
-    unseal,
+    unseal_url,
 )
 
 __all__ = [
@@ -96,7 +94,7 @@ def sign_session_id(
     if len(raw_call_id) != CALL_ID_LEN or raw_call_id.hex() != call_id:
         raise ValueError(f"call id must be {2 * CALL_ID_LEN} lowercase hex characters")
     fields = _FIELDS.pack(cluster, transceiver_id, unix_minutes(now_s), raw_call_id)
-    return base64.urlsafe_b64encode(seal(keyring, DOMAIN, fields)).decode("ascii")
+    return seal_url(keyring, DOMAIN, fields)
 
 
 def verify_session_id(
@@ -110,17 +108,7 @@ def verify_session_id(
 
     Cheapest first: length, alphabet, then one HMAC, then the age. A session cannot outlive
     --max-duration, so ``max_age_s`` = that plus a minute (issued-at is rounded down)."""
-    if len(text) != SESSION_ID_LEN_CHARS:
-        raise SessionIdError("malformed")
-    try:
-        raw = base64.urlsafe_b64decode(text.encode("ascii"))
-    except (binascii.Error, ValueError):  # ValueError: non-ASCII text
-        raise SessionIdError("malformed") from None
-    # urlsafe_b64decode skips characters outside its alphabet: a length check alone would let
-    # '+', '/', '=' or spaces through, and so two spellings of one id.
-    if len(raw) != SESSION_ID_LEN_BYTES or base64.urlsafe_b64encode(raw).decode() != text:
-        raise SessionIdError("malformed")
-    key_id, fields = unseal(keyring, DOMAIN, raw, SessionIdError)
+    key_id, fields = unseal_url(keyring, DOMAIN, text, SESSION_ID_LEN_BYTES, SessionIdError)
     cluster, transceiver_id, issued_at_min, raw_call_id = _FIELDS.unpack(fields)
     check_age(issued_at_min, now_s, max_age_s, max_skew_s, SessionIdError)
     return SessionId(key_id, cluster, transceiver_id, issued_at_min, raw_call_id.hex())

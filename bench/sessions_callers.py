@@ -26,6 +26,18 @@ from bench.harness.processes import stop_process
 
 
 # -- the worker process: several calls on one asyncio loop -----------------------------------------
+def _no_decoder_thread(pc: Any) -> None:
+    """A light caller's audio receiver starts no decoder thread: its packets go to the
+    ``EchoCounter`` (``attach``), never to a decoder, yet stock aiortc starts a thread per call
+    and hands it every packet (at 20 calls connecting at once, thread starts and hand-offs were
+    ~10 % of the callers' CPU). The transceiver's own receiver without one
+    (``transceiver.inbound``) stands in; call after ``setRemoteDescription``, before connected."""
+    from transceiver.backend import OPUS
+    from transceiver.inbound import InboundAudio, install
+
+    install(pc, InboundAudio(OPUS, on_opus=lambda frame: None))
+
+
 class EchoCall:
     """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE."""
 
@@ -120,6 +132,8 @@ class EchoCall:
                     await asyncio.sleep(float(self.retry_after or 1))
                     self.error = ""
                 await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+                if self.light:
+                    _no_decoder_thread(self.pc)
                 await self.connected.wait()
             deadline = time.monotonic() + echo_s
             while self.echo.first_echo_at is None and time.monotonic() < deadline:
@@ -196,9 +210,10 @@ class CallerWorker:
     the new ones), mark, stats, hangup {timeout_s} (every call), exit.
 
     Light callers (``light``) are closer to a browser in what connecting costs them: their ICE
-    connects at completion (``bench.webrtc_client.prompt_ice``) and they share one DTLS
-    certificate per worker (``transceiver.certificate``), so that many callers connecting at
-    once on one CPU do not measure aiortc's client-side costs instead of the transceiver."""
+    connects at completion (``bench.webrtc_client.prompt_ice``), they share one DTLS
+    certificate per worker (``transceiver.certificate``) and start no decoder thread, so that
+    many callers connecting at once on one CPU do not measure aiortc's client-side costs
+    instead of the transceiver."""
 
     def __init__(self) -> None:
         self.calls: list[EchoCall] = []

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from bench.fleet import migrating_fleet
 from bench.front import RoundRobinFront
 from bench.harness.progress import Progress
 from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
@@ -45,12 +46,6 @@ class Fleet:
         """The transceiver id the caller's current WHIP resource names."""
         resource = caller.location.rsplit("/", 1)[1]
         return verify_session_id(self.relay.keyring, resource, time.time(), 3600).transceiver_id
-
-
-def transceiver_args(trxs: list[TransceiverProcess]) -> list[str]:
-    peers = [f"--peer-http={t.tid}=127.0.0.1:{t.http_port}" for t in trxs]
-    return [*peers, "--relay-network", "127.0.0.0/8", "--client-rate", "0",
-            "--migrate-deadline", str(MIGRATE_DEADLINE_S)]  # fmt: skip
 
 
 async def trial_scale_down(fleet: Fleet) -> tuple[list[float], Counter[str]]:
@@ -91,10 +86,7 @@ async def run_scale_down(
     per moved caller per trial), the surviving transceivers' ended sessions by reason, and what
     else the report says (the fleet's size, the moves' outcomes)."""
     relay = RelayProcess({}, workers=2)
-    trxs = [TransceiverProcess(relay, tid=t) for t in range(TRANSCEIVERS)]
-    for t in trxs:
-        t.extra_args = transceiver_args(trxs)
-    relay.transceivers = {t.tid: t.media_address for t in trxs}
+    trxs = migrating_fleet(relay, TRANSCEIVERS, MIGRATE_DEADLINE_S)
     front = RoundRobinFront([t.url for t in trxs])
     callers = [
         EchoCaller(stock_jitter_buffer, migrate=True, hz=440 + 110 * i) for i in range(CALLERS)

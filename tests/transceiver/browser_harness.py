@@ -20,6 +20,14 @@ reports how fast each connected from the page's own marks (``connect_timings``) 
 of calls 2..N (``connect_p50_ms``: the first call warms the stack up): POST -> answer,
 answer -> ICE connected, -> connected (DTLS), answer -> connected and answer applied ->
 connected.
+
+``--migrate`` (with ``--stack 'python -m bench.fleet --http {http} --relay {relay}'``: a relay,
+three transceivers that move calls, and a round-robin front serving the page) scales down the
+transceiver carrying the call once audio flows: it finds it by its sessions (each transceiver's
+metrics, from the stack's ``stack: {json}`` line), SIGTERMs it by its PID, waits for the page to
+move the call (``window.rtcedge.state().migrations``), lets audio flow on the new connection,
+then reads the page and the transceivers again and waits for the old one to exit. The report's
+``migration`` holds all of it.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ from typing import Any
 
 import aiohttp
 
+from bench.fleet import STACK_LINE
+from bench.peers import metric_value
 from common.config import format_host_port
 
 DEFAULT_STACK = "rtcedge up --http {http} --relay {relay}"
@@ -91,6 +101,7 @@ class HarnessConfig:
     screenshot: Path | None
     page_query: str = ""  # e.g. "token=..." for a stack that wants a WHIP token
     repeat: int = 1  # calls placed; the ones after the first only measure how fast they connect
+    migrate: bool = False  # scale down the call's transceiver; the page must move the call
 
     @property
     def page_url(self) -> str:
@@ -115,6 +126,7 @@ class Child:
         self.lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
         self.ready = asyncio.Event()
         self.leftovers: list[int] = []
+        self.info: dict[str, Any] | None = None  # a stack's ``stack: {json}`` line
         self._drain = asyncio.create_task(self._read(proc.stdout))
 
     @classmethod
@@ -138,6 +150,9 @@ class Child:
         while line := await stream.readline():
             text = line.decode(errors="replace").rstrip()
             self.lines.append(text)
+            if text.startswith(STACK_LINE):
+                with contextlib.suppress(ValueError):
+                    self.info = json.loads(text[len(STACK_LINE) :])
             if READY_LINE.search(text):
                 self.ready.set()
 
@@ -287,6 +302,15 @@ async def poll(what: str, check: Any, timeout_s: float, interval_s: float = 0.1)
         await asyncio.sleep(interval_s)
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent PID of a running process (/proc), or None."""
+    try:
+        # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def interfaces() -> list[str]:
     """The namespace's interface names, for the report: where Chromium could have sent from."""
     return sorted(name for _, name in socket.if_nameindex())
@@ -320,7 +344,8 @@ class Run:
 
     async def start_stack(self) -> None:
         log(f"starting the stack: {shlex.join(self.config.stack_command)}")
-        self.stack = await Child.start("stack", self.config.stack_command)
+        # Room for the transceivers' info lines of a --migrate stack (how sessions ended).
+        self.stack = await Child.start("stack", self.config.stack_command, keep_lines=400)
         waiter = asyncio.create_task(self.stack.ready.wait())
         exited = asyncio.create_task(self.stack.wait_exit(self.config.ready_timeout_s))
         await asyncio.wait(
@@ -422,6 +447,8 @@ class Run:
         self.mark("stats_collected")
         if self.config.screenshot is not None:
             await self.screenshot()
+        if self.config.migrate:
+            await self.migrate()
 
         log("clicking Hang up")
         await cdp.evaluate("document.getElementById('hangup').click(), true")
@@ -437,6 +464,77 @@ class Run:
         self.mark("hung_up")
         if self.config.repeat > 1:
             await self.repeat_calls(hung_up)
+
+    async def transceiver_metrics(self, trx: dict[str, Any]) -> dict[str, float] | None:
+        """``MIGRATION_METRICS`` of one transceiver of the stack; None when it does not answer."""
+        assert self.http is not None
+        try:
+            async with self.http.get(
+                trx["metrics"] + "/metrics", timeout=aiohttp.ClientTimeout(total=3)
+            ) as response:
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+        return {
+            key: metric_value(text, name, **labels)
+            for key, (name, labels) in MIGRATION_METRICS.items()
+        }
+
+    async def migrate(self) -> None:
+        """--migrate: SIGTERM the transceiver carrying the call; the page must move the call to
+        another one and keep talking. Fills ``result["migration"]``."""
+        cdp, stack = self.cdp, self.stack
+        assert cdp is not None and stack is not None
+        report: dict[str, Any] = {}
+        self.result["migration"] = report
+        if stack.info is None:
+            raise HarnessError(f"--migrate: the stack printed no '{STACK_LINE}{{...}}' line")
+        trxs = stack.info["transceivers"]
+        before = {t["id"]: await self.transceiver_metrics(t) for t in trxs}
+        report["metrics_before"] = before
+        carrying = [t for t in trxs if (before[t["id"]] or {}).get("sessions_active") == 1]
+        if len(carrying) != 1:
+            raise HarnessError(f"--migrate: not exactly one transceiver carries the call: {before}")
+        victim = carrying[0]
+        report["from"] = victim["id"]
+        report["stats_before"] = await cdp.evaluate("window.rtcedge.stats()")
+        report["location_before"] = (await cdp.evaluate("window.rtcedge.state()"))["location"]
+        if parent_of(victim["pid"]) != stack.pid:  # ours to stop: the stack's own child
+            raise HarnessError(f"--migrate: pid {victim['pid']} is not the stack's child")
+        log(f"SIGTERM to transceiver {victim['id']} (pid {victim['pid']}), which has the call")
+        os.kill(victim["pid"], signal.SIGTERM)  # the stack reports its exit
+        self.mark("scaled_down")
+
+        async def moved() -> dict[str, Any] | None:
+            moves = (await cdp.evaluate("window.rtcedge.state()")).get("migrations") or []
+            return moves[-1] if moves and moves[-1]["outcome"] != "under way" else None
+
+        report["page"] = record = await poll("the page to move its call", moved, MOVE_TIMEOUT_S)
+        self.mark("moved")
+        if record["outcome"] != "moved":
+            raise HarnessError(f"the page did not move its call: {record}")
+        log(f"moved in {record.get('ms')} ms; letting audio flow on the new connection")
+        report["stats_at_move"] = await cdp.evaluate("window.rtcedge.stats()")
+        await asyncio.sleep(self.config.audio_s)
+        report["stats_after"] = await cdp.evaluate("window.rtcedge.stats()")
+        report["state_after"] = await cdp.evaluate("window.rtcedge.state()")
+        others = [t for t in trxs if t is not victim]
+        report["metrics_after"] = after = {
+            t["id"]: await self.transceiver_metrics(t) for t in others
+        }
+        report["to"] = [tid for tid, m in after.items() if m and m["sessions_active"] == 1]
+        # The old transceiver ends the old session (the page's DELETE) and then exits; how the
+        # session ended is in its info lines (its metrics go with it).
+        exit_line = f"transceiver {victim['id']} (pid {victim['pid']}) exited"
+
+        async def old_exit() -> str | None:
+            return next((line for line in stack.lines if exit_line in line), None)
+
+        report["old_exit"] = await poll(f"transceiver {victim['id']} to exit", old_exit, 15)
+        report["old_session_ended"] = [
+            line for line in stack.lines if f"[{victim['pid']}]" in line and " ending: " in line
+        ]
+        self.mark("old_exited")
 
     async def repeat_calls(self, hung_up: Any) -> None:
         """``repeat - 1`` more calls, each connected then hung up; their marks, and medians."""
@@ -502,6 +600,18 @@ class Run:
             self.result["stack_leftovers"] = self.stack.leftovers
 
 
+MOVE_TIMEOUT_S = 15  # SIGTERM -> the page's move settled (a stack's deadline is below)
+MIGRATION_METRICS = {  # what the migration report reads from each transceiver
+    "sessions_active": ("rtcedge_transceiver_sessions_active", {}),
+    "offered": ("rtcedge_transceiver_migrations_offered_total", {}),
+    "claimed": ("rtcedge_transceiver_migrations_claimed_total", {}),
+    "resumed": ("rtcedge_transceiver_migrations_resumed_total", {}),
+    "completed": ("rtcedge_transceiver_migrations_completed_total", {}),
+    "failed": ("rtcedge_transceiver_migrations_failed_total", {}),
+    "ended_migrated": ("rtcedge_transceiver_sessions_ended_total", {"reason": "migrated"}),
+    "frames_in": ("rtcedge_transceiver_audio_frames_total", {"direction": "in"}),
+    "frames_out": ("rtcedge_transceiver_audio_frames_total", {"direction": "out"}),
+}
 CALL_INTERVAL_S = 1.05  # between the repeated calls' Talk clicks
 CONNECT_STEPS = {  # name: (from mark, to mark), the page's timings (transceiver/static/app.js)
     "post_to_answer": ("postMs", "answerMs"),
@@ -586,6 +696,12 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the connected page")
     parser.add_argument("--page-query", default="", help="query string of the page's address")
     parser.add_argument(
+        "--migrate",
+        action="store_true",
+        help="scale down the call's transceiver once audio flows; the page must move the call "
+        "(a stack like bench.fleet: several transceivers, a 'stack: {json}' line)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -610,6 +726,7 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
         screenshot=args.screenshot,
         page_query=args.page_query,
         repeat=max(1, args.repeat),
+        migrate=args.migrate,
     )
 
 

@@ -98,6 +98,22 @@ def run_call(
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
     its offer and on its hang-up's DELETE.
+    """
+    secret_file = tmp_path_factory.mktemp("token") / "secret"
+    secret_file.write_text(TOKEN_SECRET + "\n")
+    token = mint(TOKEN_SECRET.encode(), time.time(), 300, subject="browser")
+    stack = (
+        f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
+        f"{stack_args}"
+    ).strip()
+    return run_harness(namespace, stack, f"--page-query token={token}", setup)
+
+
+def run_harness(
+    namespace: Namespace, stack: str, options: str = "", setup: tuple[str, ...] = ()
+) -> dict:
+    """``browser_harness`` with ``stack`` and its ``options`` in a new namespace set up by
+    ``namespace.setup`` and then ``setup``: its report (JSON).
 
     Problems before the call are returned as ``setup_error`` rather than raised, so every test
     FAILS (not errors, never skips) with the reason: CI installs Chromium and runs as root.
@@ -110,17 +126,10 @@ def run_call(
     for tool in ("unshare", "ip"):
         if shutil.which(tool) is None:
             return {"setup_error": f"`{tool}` is missing: Chromium runs in its own netns"}
-    secret_file = tmp_path_factory.mktemp("token") / "secret"
-    secret_file.write_text(TOKEN_SECRET + "\n")
-    token = mint(TOKEN_SECRET.encode(), time.time(), 300, subject="browser")
-    stack = (
-        f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
-        f"{stack_args}"
-    ).strip()
     harness = (
         f"exec {sys.executable} -m tests.transceiver.browser_harness"
         f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
-        f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} --page-query token={token}"
+        f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} {options}"
     )
     try:
         proc = subprocess.run(

@@ -17,6 +17,7 @@ import time
 import aiohttp
 import pytest
 
+from bench.fleet import migrating_fleet
 from bench.front import RoundRobinFront
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.webrtc_client import EchoCaller
@@ -36,13 +37,7 @@ ENDED = "rtcedge_transceiver_sessions_ended_total"
 def fleet():
     """A relay and transceivers 0, 1, 2, each told every transceiver's WHIP address."""
     relay = RelayProcess({}, workers=1, pin=False, cluster=1)
-    trxs = [TransceiverProcess(relay, tid=t) for t in (0, 1, 2)]
-    peers = [f"--peer-http={t.tid}=127.0.0.1:{t.http_port}" for t in trxs]
-    for t in trxs:
-        t.extra_args = [*peers, "--relay-network", "127.0.0.0/8", "--client-rate", "0",
-                        "--drain-grace", str(GRACE_S),
-                        "--migrate-deadline", str(DEADLINE_S)]  # fmt: skip
-    relay.transceivers = {t.tid: t.media_address for t in trxs}
+    trxs = migrating_fleet(relay, 3, DEADLINE_S, GRACE_S)
     started: list = []
     try:
         for process in (relay, *trxs):

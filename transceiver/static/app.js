@@ -17,6 +17,10 @@
   const MAX_RESUME_ATTEMPTS = 20; // resume offers of one move (503s from draining pods retried)
   const SWITCH_AFTER_PACKETS = 10; // audio packets the new connection must carry first
   const MAX_MIGRATIONS = 20; // kept for state()
+  // Chrome measures a remote track's audio (audioLevel, totalAudioEnergy) after the volume of
+  // the element playing it: none, muted or volume 0 all read as silence. While a move waits
+  // for audio, the new connection plays at this volume (-40 dB) under the old one.
+  const STANDBY_VOLUME = 0.01;
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -54,7 +58,8 @@
   let messages = [];
   let dcRoundTripMs = null;
   let hangupStatus = null; // HTTP status of the last hang-up's DELETE
-  let migrations = []; // how each move went: {outcome, statuses, ms}
+  // How each move went: {outcome, statuses, ms, marks, gapMs} (see migrate).
+  let migrations = [];
 
   function showError(text) {
     error = text;
@@ -128,22 +133,35 @@
   // a draining one is retried after its Retry-After, within the deadline); once the new
   // connection carries audio, listen to it, DELETE the old session and close the old
   // connection. If anything fails the page stays on its old call (which ends at the drain).
+  // The record: ms from the ask to the switch; marks (ms since the ask): answerMs, audioMs (the
+  // new connection carries audio), switchedMs; gapMs: how long the old connection had received
+  // no audio when the page switched (the new one was carrying audio by then), the silence the
+  // move put in what the caller hears, to within a packet.
   async function migrate(s, data) {
     if (s.moving || !s.stream || typeof data.resume_token !== "string") return;
     s.moving = true;
     const begun = performance.now();
     const deadline = begun + (Number(data.deadline_ms) || 0);
-    const record = { outcome: "under way", statuses: [], ms: null };
+    const record = { outcome: "under way", statuses: [], ms: null, marks: {}, gapMs: null };
+    const mark = (name) => {
+      record.marks[name] = Math.round(performance.now() - begun);
+    };
     migrations.push(record);
     if (migrations.length > MAX_MIGRATIONS) migrations = migrations.slice(-MAX_MIGRATIONS);
     const next = { pc: null, dc: null, stream: null };
+    const standby = new Audio();
+    standby.volume = STANDBY_VOLUME;
     try {
       const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy: "max-bundle" });
       next.pc = pc;
       pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: "sendrecv", streams: [s.stream] });
       next.dc = pc.createDataChannel("events");
+      // Its events count from the start: the backend's session.started (resumed) comes first.
+      next.dc.onmessage = onMessage;
       pc.ontrack = (event) => {
         next.stream = event.streams[0] || new MediaStream([event.track]);
+        standby.srcObject = next.stream;
+        standby.play().catch(() => {});
       };
       await pc.setLocalDescription(await pc.createOffer());
       let response = null;
@@ -165,10 +183,16 @@
         await sleep(waitMs);
       }
       if (response.status !== 201) throw new Error(await httpError(response, "Move refused"));
+      mark("answerMs");
       const location = response.headers.get("Location");
       await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
       if (!(await carriesAudio(pc, deadline))) throw new Error("Move: no audio on the new call");
+      mark("audioMs");
       if (session !== s) throw new Error("Move: hung up meanwhile");
+      const heard = await inboundAudio(s.pc);
+      if (heard && heard.lastPacketReceivedTimestamp != null) {
+        record.gapMs = Math.max(0, Math.round(heard.timestamp - heard.lastPacketReceivedTimestamp));
+      }
       const old = { pc: s.pc, dc: s.dc, location: s.location };
       s.pc = pc;
       s.dc = next.dc;
@@ -179,7 +203,8 @@
         ui.audio.play().catch(() => {});
       }
       record.outcome = "moved";
-      record.ms = Math.round(performance.now() - begun);
+      mark("switchedMs");
+      record.ms = record.marks.switchedMs;
       renderStates();
       if (old.location) {
         fetch(old.location, { method: "DELETE", headers: s.authorization }).catch(() => {});
@@ -191,6 +216,7 @@
       record.error = e.message || String(e);
       if (next.pc && (!session || session.pc !== next.pc)) next.pc.close();
     } finally {
+      standby.srcObject = null;
       s.moving = false;
     }
   }
@@ -199,20 +225,24 @@
   // energy is above silence (the echo of the microphone), or, close to the deadline, packets.
   async function carriesAudio(pc, deadline) {
     while (performance.now() < deadline) {
-      let packets = 0;
-      let energy = 0;
-      (await pc.getStats()).forEach((st) => {
-        if (st.type === "inbound-rtp" && st.kind === "audio") {
-          packets = st.packetsReceived || 0;
-          energy = st.totalAudioEnergy || 0;
-        }
-      });
+      const st = await inboundAudio(pc);
+      const packets = (st && st.packetsReceived) || 0;
+      const energy = (st && st.totalAudioEnergy) || 0;
       if (packets >= SWITCH_AFTER_PACKETS && (energy > 0 || deadline - performance.now() < 1000)) {
         return true;
       }
       await sleep(50);
     }
     return false;
+  }
+
+  // The connection's inbound audio stats (RTCInboundRtpStreamStats), or null before any.
+  async function inboundAudio(pc) {
+    let found = null;
+    (await pc.getStats()).forEach((st) => {
+      if (st.type === "inbound-rtp" && st.kind === "audio") found = st;
+    });
+    return found;
   }
 
   // One end of the selected candidate pair, or null when the report lacks it.
@@ -232,7 +262,14 @@
       selectedLocal: null,
       selectedRemote: null,
       roundTripTimeS: null,
-      inbound: { packetsReceived: 0, bytesReceived: 0, totalAudioEnergy: 0, audioLevel: 0 },
+      inbound: {
+        packetsReceived: 0,
+        bytesReceived: 0,
+        totalAudioEnergy: 0,
+        audioLevel: 0,
+        totalSamplesReceived: 0,
+        concealedSamples: 0,
+      },
       outbound: { packetsSent: 0, bytesSent: 0 },
       micLevel: 0,
       messages: messages.map((m) => m.data),
@@ -268,6 +305,8 @@
           bytesReceived: s.bytesReceived || 0,
           totalAudioEnergy: s.totalAudioEnergy || 0,
           audioLevel: s.audioLevel || 0,
+          totalSamplesReceived: s.totalSamplesReceived || 0,
+          concealedSamples: s.concealedSamples || 0, // played out, but made up (loss, late)
         };
       } else if (s.type === "outbound-rtp" && s.kind === "audio") {
         out.outbound = { packetsSent: s.packetsSent || 0, bytesSent: s.bytesSent || 0 };

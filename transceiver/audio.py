@@ -91,6 +91,10 @@ class BackendAudioTrack(MediaStreamTrack):
             self.frames_dropped += 1
         self._packets.append((bytes(packet), samples))
 
+    def queued_frames(self) -> int:
+        """Frames (pcm16) or packets (opus) the backend gave that are not sent yet."""
+        return len(self._frames) + len(self._packets)
+
     def clear(self) -> int:
         """Forget audio not yet played (barge-in); returns how many frames were dropped."""
         dropped = len(self._frames) + len(self._packets)

@@ -121,6 +121,13 @@ class BackendSession(abc.ABC):
     def event_in(self, event: dict) -> None:
         """A JSON event (an object) from the caller (the 'events' data channel). Must not block."""
 
+    def attach_playout(self, queued: Callable[[], int]) -> None:
+        """The transceiver's count of this call's outbound frames (or packets) given to
+        ``emit_audio`` and not yet sent, handed over once the session is open. An in-process
+        backend may read it to keep a live stream's latency short (the echo does) or to know
+        how much audio a barge-in would cut. Cheap to call; ignored by default."""
+        return None
+
     @abc.abstractmethod
     async def close(self, reason: str) -> None:
         """End of the call; idempotent; releases everything."""

@@ -135,6 +135,7 @@ class Session:
             info, self._emit_audio, self._emit_event, self._on_backend_failure
         )
         self._wire_audio(self.backend)
+        self.backend.attach_playout(self.out_track.queued_frames)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
         self._connect_task = _connect_task_of(pc)

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.waits import wait_until
-from transceiver.backend import FRAME_BYTES, BackendError, OpusFrame, SessionInfo
+from transceiver.backend import FRAME_BYTES, BackendError, BackendSession, OpusFrame, SessionInfo
 from transceiver.backends import create_backend
 from transceiver.backends.echo import EchoBackend, EchoSession, PlayoutEstimate
 from transceiver.backends.websocket import WebSocketBackend, WebSocketSession
@@ -178,23 +178,23 @@ def test_echo_drops_what_would_make_it_lag_and_follows_real_time() -> None:
     for n in range(16, 66):  # then real time, one frame per 20 ms: the standing queue ...
         now[0] += 0.020
         session.audio_in(frame(n))
-    assert session.frames_dropped == 8 and sinks.audio[-1] == frame(65)  # ... keeps (< 3 s)
+    assert session.frames_dropped == 8 and sinks.audio[-1] == frame(65)  # ... keeps (< 4 s)
 
 
-def test_echo_trims_a_standing_queue_a_frame_every_3_s_down_to_real_time() -> None:
+def test_echo_trims_a_standing_queue_a_frame_every_4_s_down_to_real_time() -> None:
     now = [100.0]
     sinks = Sinks()
     session = EchoSession(info(), *sinks.args()[:2], max_lag_frames=5, clock=lambda: now[0])
     for n in range(4):  # a burst leaves four frames queued ...
         session.audio_in(frame(n))
     depths = []
-    for n in range(4, 4 + 50 * 12):  # ... then twelve seconds of real time
+    for n in range(4, 4 + 50 * 16):  # ... then sixteen seconds of real time
         now[0] += 0.020
         depths.append(session._playout.depth(now[0]))
         session.audio_in(frame(n))
-    assert session.frames_dropped == 3, "one every 3 s until none stands"
+    assert session.frames_dropped == 3, "one every 4 s until none stands"
     assert max(depths[-100:]) <= 0.5, "then the echo runs in real time, no frame standing"
-    for n in range(700, 1000):  # in real time nothing more is dropped
+    for n in range(900, 1200):  # in real time nothing more is dropped
         now[0] += 0.020
         session.audio_in(frame(n))
     assert session.frames_dropped == 3
@@ -209,6 +209,37 @@ def test_echo_keeps_jitter_that_leaves_no_frame_standing() -> None:
         now[0] = 100.0 + n * 0.020 + (0.009 if n % 3 == 0 else -0.004 if n % 7 == 0 else 0.0)
         session.audio_in(frame(n))
     assert session.frames_dropped == 0
+
+
+def test_echo_with_the_track_s_count_trims_a_frame_that_stands_and_nothing_else() -> None:
+    """Attached to the transceiver's real queue (``attach_playout``), the echo sees a frame
+    standing that the estimate cannot (one that missed its tick), and only such frames."""
+    now = [100.0]
+    sinks = Sinks()
+    session = EchoSession(info(), *sinks.args()[:2], max_lag_frames=5, clock=lambda: now[0])
+    waiting = [0]
+    session.attach_playout(lambda: waiting[0])
+    for n in range(50 * 10):  # ten seconds: the previous frame already sent at each arrival
+        now[0] += 0.020
+        session.audio_in(frame(n))
+    assert session.frames_dropped == 0
+    waiting[0] = 1  # now one frame stands at every arrival: trimmed every 4 s while it does
+    for n in range(500, 500 + 50 * 9):
+        now[0] += 0.020
+        session.audio_in(frame(n))
+    assert session.frames_dropped == 2
+    waiting[0] = 5  # a queue of max_lag_frames: every frame dropped at once
+    session.audio_in(frame(900))
+    assert session.frames_dropped == 3 and sinks.audio[-1] == frame(500 + 50 * 9 - 1)
+
+
+def test_a_backend_session_ignores_the_playout_count_by_default() -> None:
+    class Quiet(BackendSession):
+        def audio_in(self, pcm: bytes) -> None: ...
+        def event_in(self, event: dict) -> None: ...
+        async def close(self, reason: str) -> None: ...
+
+    Quiet().attach_playout(lambda: 3)  # no error, nothing kept
 
 
 def test_playout_estimate_drains_in_real_time() -> None:

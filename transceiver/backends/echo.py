@@ -30,21 +30,22 @@ FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 MAX_LAG_FRAMES = 5  # 100 ms
 # A queue standing above this many frames for TRIM_AFTER_S loses one frame (and again each
 # TRIM_AFTER_S while it stands): the lag a burst left drains within seconds, at a cost of at
-# most one frame in 150 (0.67 %) of the echo. Measured before each frame is added: in real
-# time the one before it has played out by then (depth ~0), so anything above half a frame is
-# a frame standing in the queue, 20 ms added to the echo for as long as it stands. A caller's
-# late packet leaves one (the track plays silence in its slot, and the packet then waits a
-# whole frame): with 1.5 here, one standing frame was kept for good and the echo of a busy
-# transceiver ran ~20 ms later than it needs to (the sessions benchmark's echo delay).
+# most one frame in 200 (0.5 %) of the echo. Read before each frame is added: in real time the
+# one before it has been sent by then (depth 0), so a frame still waiting is one standing in
+# the queue, 20 ms added to the echo for as long as it stands. A caller's packet that arrives
+# just after its tick leaves one (the track sends silence in its slot, and the packet then
+# waits a whole frame); with 1.5 here, one standing frame was kept for good.
 TRIM_ABOVE_FRAMES = 0.5
-TRIM_AFTER_S = 3.0
+TRIM_AFTER_S = 4.0
 
 
 class PlayoutEstimate:
     """How many frames a sink that plays one every 20 ms still holds, from when each was given.
 
-    The echo cannot see the outbound track's queue (a backend only has ``emit_audio``), but the
-    track drains it in real time, so the depth follows from the hand-over times alone.
+    What the echo uses when the transceiver gave it no count of its queue
+    (``BackendSession.attach_playout``): the track drains in real time, so the depth follows
+    from the hand-over times, except that it cannot see the sink's phase: a frame that just
+    missed its tick stands in the real queue while this estimate says none does.
     """
 
     def __init__(self, frame_s: float = FRAME_S) -> None:
@@ -95,6 +96,7 @@ class EchoSession(BackendSession):
         self.protocol_errors = 0
         self.max_lag_frames = max_lag_frames
         self._playout = PlayoutEstimate()
+        self._queued: Callable[[], int] | None = None  # the track's real count, when attached
         self._standing_since: float | None = None  # the queue above TRIM_ABOVE_FRAMES since
         self._clock = clock
         self._emit_audio = emit_audio
@@ -116,13 +118,18 @@ class EchoSession(BackendSession):
             return
         self.frames_in += 1
         now = self._clock()
-        depth = self._playout.depth(now)
+        depth = self._playout.depth(now) if self._queued is None else self._queued()
         if depth >= self.max_lag_frames or self._trim(depth, now):
             self.frames_dropped += 1
             return
-        self._playout.add(frames)
+        if self._queued is None:
+            self._playout.add(frames)
         self._emit_audio(data)
         self.frames_out += 1
+
+    def attach_playout(self, queued: Callable[[], int]) -> None:
+        """The track's own count of frames not yet sent: exact where the estimate guesses."""
+        self._queued = queued
 
     def _trim(self, depth: float, now: float) -> bool:
         """Drop this frame to shorten a queue that stood too long (see the class doc)?"""

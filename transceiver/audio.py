@@ -26,6 +26,12 @@ from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, O
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
 SILENCE = bytes(FRAME_BYTES)
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
+# A slot whose audio has not come yet is held open this long past its time before silence
+# fills it: audio that comes meanwhile leaves at once (``on_due``) in its own slot. Live audio
+# (an echo, a streaming backend) arrives with a phase of its own against the 20 ms clock; a
+# packet just late for its tick would otherwise meet silence in its slot and then wait a whole
+# frame, and every such packet left the rest of the call one frame later for good.
+SLOT_GRACE_S = 0.010
 # Silent frames still given to the encoder when the backend falls quiet, so that its state
 # (and the caller's decoder's) fades out and the next speech starts from silence; after them
 # the cached silent packet is sent instead.
@@ -52,8 +58,10 @@ class BackendAudioTrack(MediaStreamTrack):
         self,
         max_buffered_frames: int = 1500,
         on_frame_out: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
+        self._clock = clock  # the time ``take_due`` is given: when audio comes, is its slot due?
         self._on_frame_out = on_frame_out
         self.audio_format = PCM16
         # PCM16 frames (pcm16) or (packet, samples) (opus), oldest first.
@@ -64,6 +72,9 @@ class BackendAudioTrack(MediaStreamTrack):
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
         self._start: float | None = None
+        # Sends what is due now, out of the clock's tick (set by transceiver.outbound): audio
+        # that arrives for a slot held open goes at once.
+        self.on_due: Callable[[], None] | None = None
         self.frames_out = 0
         self.frames_dropped = 0
 
@@ -83,6 +94,8 @@ class BackendAudioTrack(MediaStreamTrack):
                 self.frames_dropped += 1
             self._frames.append(data[i : i + FRAME_BYTES])
         self._pending = data[whole:]
+        if whole:
+            self._slot_filled()
 
     def push_opus(self, packet: bytes) -> None:
         """Queue one Opus packet from the backend; ValueError (``OpusError``) if it is not one."""
@@ -90,6 +103,18 @@ class BackendAudioTrack(MediaStreamTrack):
         if len(self._packets) == self._packets.maxlen:
             self.frames_dropped += 1
         self._packets.append((bytes(packet), samples))
+        self._slot_filled()
+
+    def _slot_filled(self) -> None:
+        """Audio came: if its slot is already due (held open for it), send it now."""
+        if self.on_due is not None and self._slot_at() <= self._clock():
+            self.on_due()
+
+    def _slot_at(self) -> float:
+        """When the next slot is due (monotonic); infinity before the clock started."""
+        if self._start is None:
+            return float("inf")
+        return self._start + self._pts / AUDIO_SAMPLE_RATE
 
     def queued_frames(self) -> int:
         """Frames (pcm16) or packets (opus) the backend gave that are not sent yet."""
@@ -137,12 +162,18 @@ class BackendAudioTrack(MediaStreamTrack):
     def take_due(self, now: float, limit: int = MAX_DUE_PER_TAKE) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``), as (payload, RTP timestamp offset
         in samples), at most ``limit``: what ``transceiver.outbound`` sends on a tick. The first
-        call starts the clock, as a sound card's first read does. A stalled loop catches up at
+        call starts the clock, as a sound card's first read does. A slot with no audio yet is
+        held open for ``SLOT_GRACE_S``, then silence fills it. A stalled loop catches up at
         most ``limit`` packets per call; the rest follow on the next ticks."""
         if self._start is None:
             self._start = now
         due: list[tuple[bytes, int]] = []
-        while len(due) < limit and self._start + self._pts / AUDIO_SAMPLE_RATE <= now:
+        while len(due) < limit:
+            slot_at = self._start + self._pts / AUDIO_SAMPLE_RATE
+            if slot_at > now:
+                break
+            if not (self._frames or self._packets) and now - slot_at < SLOT_GRACE_S:
+                break  # nothing yet: the slot stays open (``on_due`` sends it when audio comes)
             # On the track's clock, not the encoder's pts: libopus shifts its pts by its
             # look-ahead, and quiet frames are not encoded at all.
             pts = self._pts
@@ -164,4 +195,7 @@ class BackendAudioTrack(MediaStreamTrack):
                 packet.pts = pts
                 packet.time_base = opus.TIME_BASE
                 return packet
-            await asyncio.sleep(self._start + self._pts / AUDIO_SAMPLE_RATE - now)  # type: ignore[operator]
+            wait = self._slot_at() - now
+            if wait <= 0:  # a slot held open: silence fills it once its grace is over
+                wait = wait + SLOT_GRACE_S
+            await asyncio.sleep(max(wait, 0.001))

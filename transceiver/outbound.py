@@ -54,6 +54,8 @@ PRIVATE = (
 class Track(Protocol):
     """What a direct sender takes from a track (``transceiver.audio.BackendAudioTrack``)."""
 
+    on_due: Callable[[], None] | None  # set here: audio came for a slot held open
+
     def take_due(self, now: float) -> list[tuple[bytes, int]]: ...
 
     def stop(self) -> None: ...
@@ -61,7 +63,8 @@ class Track(Protocol):
 
 class DirectSender:
     """One call's outbound RTP: header template, sequence, timestamp origin; ``send_due`` per
-    tick. ``protect`` is the call's SRTP (None until DTLS is up), ``send`` the shared socket."""
+    tick, and ``send_now`` when the track's audio comes for a slot it held open (between
+    ticks). ``protect`` is the call's SRTP (None until DTLS is up), ``send`` the shared socket."""
 
     def __init__(
         self,
@@ -72,9 +75,13 @@ class DirectSender:
         send: Callable[[bytes], None],
         sequence_number: int,
         timestamp_origin: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sender = sender
+        self._clock = clock
         self._track = track
+        track.on_due = self.send_now
+        self.send_errors = 0
         self._protect = protect
         self._send = send
         self._seq = sequence_number & 0xFFFF
@@ -85,6 +92,21 @@ class DirectSender:
         self._head = header[:2]  # V, P, X, CC, M, PT
         self._tail = header[8:]  # SSRC, CSRCs, extensions
         self.packets_sent = 0
+
+    def send_now(self) -> None:
+        """The track's audio came for a slot already due: send it now, not at the next tick.
+        Called from the backend's ``emit_audio``: a failure here is ours, never the backend's
+        (logged once; the clock's next tick meets it again and drops this sender)."""
+        try:
+            self.send_due(self._clock(), clock.current_ntp_time())
+        except Exception:
+            self.send_errors += 1
+            if self.send_errors == 1:
+                log.exception("outbound audio of a call failed between ticks")
+
+    def detach(self) -> None:
+        """The call's sending stopped: audio no longer triggers sends."""
+        self._track.on_due = None
 
     def send_due(self, now: float, ntp: int) -> int:
         """Send every packet the track has due by ``now``; returns how many."""
@@ -194,6 +216,7 @@ class InlineAudioSender(RTCRtpSender):
             pass
         finally:
             self._clock.discard(self.direct)
+            self.direct.detach()
             self._direct_track.stop()
             self._RTCRtpSender__rtp_exited.set()  # type: ignore[attr-defined]
 

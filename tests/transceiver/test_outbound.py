@@ -20,7 +20,7 @@ from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
 from bench.webrtc_client import opus_tone_packets
-from transceiver.audio import BackendAudioTrack, silent_packet
+from transceiver.audio import SLOT_GRACE_S, BackendAudioTrack, silent_packet
 from transceiver.backend import OPUS, PCM16
 from transceiver.inbound import (
     UNPROTECT_FAILED,
@@ -55,8 +55,8 @@ def fake_sender() -> SimpleNamespace:
     )
 
 
-def opus_track(packets: list[bytes]) -> BackendAudioTrack:
-    track = BackendAudioTrack()
+def opus_track(packets: list[bytes], clock=time.monotonic) -> BackendAudioTrack:
+    track = BackendAudioTrack(clock=clock)
     track.set_format(OPUS)
     for p in packets:
         track.push_opus(p)
@@ -96,7 +96,8 @@ def test_a_direct_sender_sends_silence_when_the_backend_is_quiet_and_nothing_bef
     direct = DirectSender(fake_sender(), PT, opus_track([]), lambda: srtp, sent.append, 1, 0)
     assert direct.send_due(100.0, 0) == 0 and sent == []  # DTLS not up: nothing in clear
     srtp = lambda data: data  # noqa: E731
-    assert direct.send_due(100.0, 0) == 1
+    assert direct.send_due(100.0, 0) == 0, "the slot is held open for the backend's audio"
+    assert direct.send_due(100.0 + SLOT_GRACE_S, 0) == 1
     assert RtpPacket.parse(sent[0], extensions()).payload == silent_packet()
 
 
@@ -232,13 +233,14 @@ def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_cl
     track = BackendAudioTrack()  # pcm16
     encoded: list[int] = []
     track._encoder = None
-    due = track.take_due(100.0, limit=1)
+    assert track.take_due(100.0, limit=1) == []  # the clock starts; the slot is held open
+    due = track.take_due(100.0 + SLOT_GRACE_S, limit=1)  # then silence fills it
     encoder = track._encoder
     assert encoder is not None
     original = encoder.encode
     encoder.encode = lambda pcm: encoded.append(1) or original(pcm)  # type: ignore[method-assign]
     for i in range(1, 12):  # eleven more quiet frames
-        due += track.take_due(100.0 + 0.02 * i, limit=1)
+        due += track.take_due(100.0 + 0.02 * i + SLOT_GRACE_S, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES - 1, "a few encoded to fade out, then none"
     assert [payload for payload, _ in due[-5:]] == [silent_packet()] * 5
     track.push(bytes(1920))  # speech (here: a frame of zeros the backend sent) resumes
@@ -267,3 +269,56 @@ def test_recv_paces_the_track_for_aiortc_s_own_sender():
             await track.recv()
 
     asyncio.run(go())
+
+
+def test_audio_for_a_slot_held_open_leaves_at_once_in_its_own_slot():
+    """Live audio has a phase of its own against the clock's ticks: a packet just late for its
+    tick goes out when it comes, in its own slot, instead of meeting silence there and then
+    waiting a whole frame (which left the rest of the call a frame later)."""
+    now = [100.0]
+    sent: list[bytes] = []
+    track = opus_track([], clock=lambda: now[0])
+    direct = DirectSender(
+        fake_sender(), PT, track, lambda: lambda d: d, sent.append, 1, 0, clock=lambda: now[0]
+    )
+
+    def heard() -> list[tuple[bytes, int]]:
+        return [(p.payload, p.timestamp) for p in (RtpPacket.parse(d, extensions()) for d in sent)]
+
+    assert direct.send_due(100.0, 0) == 0  # slot 0 is due, nothing yet: held open
+    now[0] = 100.004
+    track.push_opus(TONE[0])  # 4 ms late: out at once, by the push, in slot 0
+    assert heard() == [(TONE[0], 0)]
+    now[0] = 100.012
+    track.push_opus(TONE[1])  # early for slot 1: waits for its tick
+    assert len(sent) == 1
+    assert direct.send_due(100.020, 0) == 1 and heard()[-1] == (TONE[1], 960)
+    # A slot whose audio does not come within the grace: silence there, the audio in the next.
+    assert direct.send_due(100.040, 0) == 0
+    assert direct.send_due(100.040 + SLOT_GRACE_S, 0) == 1 and heard()[-1] == (
+        silent_packet(),
+        1920,
+    )
+    now[0] = 100.052
+    track.push_opus(TONE[2])  # slot 3 is not due yet (100.060): its tick sends it
+    assert len(sent) == 3
+    assert direct.send_due(100.060, 0) == 1 and heard()[-1] == (TONE[2], 2880)
+    direct.detach()
+    now[0] = 100.090
+    track.push_opus(TONE[3])  # the call stopped sending: audio triggers nothing
+    assert len(sent) == 4
+
+
+def test_a_failure_between_ticks_is_the_sender_s_not_the_backend_s():
+    now = [100.0]
+    track = opus_track([], clock=lambda: now[0])
+
+    def broken(data: bytes) -> None:
+        raise OSError("socket closed")
+
+    direct = DirectSender(
+        fake_sender(), PT, track, lambda: lambda d: d, broken, 1, 0, clock=lambda: now[0]
+    )
+    direct.send_due(100.0, 0)
+    track.push_opus(TONE[0])  # the send raises inside send_now: counted, not raised to the push
+    assert direct.send_errors == 1

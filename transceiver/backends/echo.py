@@ -36,7 +36,6 @@ MAX_LAG_FRAMES = 5  # 100 ms
 # just after its tick leaves one (the track sends silence in its slot, and the packet then
 # waits a whole frame); with 1.5 here, one standing frame was kept for good.
 TRIM_ABOVE_FRAMES = 0.5
-# With two or more standing, one goes every TRIM_AFTER_S / 4 until one is left.
 TRIM_AFTER_S = 4.0
 
 
@@ -140,8 +139,7 @@ class EchoSession(BackendSession):
         if self._standing_since is None:
             self._standing_since = now
             return False
-        # Two or more standing (a caller's hiccup of 40 ms or more): one goes each second.
-        if now - self._standing_since < (TRIM_AFTER_S if depth < 2 else TRIM_AFTER_S / 4):
+        if now - self._standing_since < TRIM_AFTER_S:
             return False
         self._standing_since = now
         return True

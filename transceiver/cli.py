@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -482,6 +483,12 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
             for started in runners:
                 await started.cleanup()
             raise ConfigError(option, f"cannot listen on {(host, port)}: {exc.strerror}") from None
+    # Everything made so far (modules, the server, its warmed-up codecs) lives as long as the
+    # process: out of the cyclic collector's sight, a full collection walks only the calls'
+    # objects (measured with 20 calls: 33-49 ms pauses of the event loop, every call's audio
+    # held up meanwhile). ``gc.freeze`` is the standard's way to say so.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # SIGHUP too: a closing terminal sends it to every process of its group (`rtcedge up`),

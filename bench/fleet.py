@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, TransceiverProcess, free_port
+from bench.peers import RelayProcess, TransceiverProcess, free_port, started_in_order
 from common.config import ConfigError, format_host_port, parse_host_port
 
 STACK_LINE = "stack: "  # the prefix of the line describing the running stack (JSON follows)
@@ -137,18 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     trxs = migrating_fleet(relay, args.transceivers, args.migrate_deadline, args.drain_grace,
                            quiet=False, die_with_parent=True,
                            extra_args=["--log-level", "info"])  # fmt: skip
-    started: list[RelayProcess | TransceiverProcess] = []
     try:
-        for process in (relay, *trxs):
-            process.start()
-            started.append(process)
-        return asyncio.run(serve(http, relay, trxs))
+        with started_in_order(relay, *trxs):
+            return asyncio.run(serve(http, relay, trxs))
     except RuntimeError as exc:
         print(f"bench.fleet: {exc}", file=sys.stderr, flush=True)
         return 1
-    finally:
-        for process in reversed(started):
-            process.stop()
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.harness.processes import stop_process
 from bench.harness.procfs import udp_socket_rows
@@ -44,6 +46,21 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
 
 def family_of(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+@contextlib.contextmanager
+def started_in_order(*processes: Any) -> Iterator[None]:
+    """Start ``processes`` (each with ``start``/``stop``) one after another; on the way out,
+    stop those that started, last first, whatever happened in between."""
+    started: list[Any] = []
+    try:
+        for process in processes:
+            process.start()
+            started.append(process)
+        yield
+    finally:
+        for process in reversed(started):
+            process.stop()
 
 
 def free_port_range(host: str, count: int) -> int:

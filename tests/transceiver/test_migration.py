@@ -19,7 +19,7 @@ import pytest
 
 from bench.fleet import migrating_fleet
 from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, TransceiverProcess
+from bench.peers import RelayProcess, TransceiverProcess, started_in_order
 from bench.webrtc_client import EchoCaller
 from common.sessionid import verify_session_id
 from tests.support.inprocess import direct_config, running
@@ -38,15 +38,8 @@ def fleet():
     """A relay and transceivers 0, 1, 2, each told every transceiver's WHIP address."""
     relay = RelayProcess({}, workers=1, pin=False, cluster=1)
     trxs = migrating_fleet(relay, 3, DEADLINE_S, GRACE_S)
-    started: list = []
-    try:
-        for process in (relay, *trxs):
-            process.start()
-            started.append(process)
+    with started_in_order(relay, *trxs):
         yield relay, trxs
-    finally:
-        for process in reversed(started):
-            process.stop()
 
 
 def call_of(relay: RelayProcess, location: str) -> tuple[int, str]:

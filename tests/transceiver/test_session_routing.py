@@ -20,8 +20,9 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
+from bench.fleet import migrating_fleet
 from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, TransceiverProcess, free_port
+from bench.peers import RelayProcess, free_port, started_in_order
 from bench.webrtc_client import EchoCaller
 from common.hint import Keyring
 from common.sessionid import sign_session_id, verify_session_id
@@ -41,23 +42,12 @@ def fleet():
     """A relay and transceivers 0, 1, 2, each told every transceiver's WHIP address (its own
     entry is ignored: one list for all, as the chart gives them)."""
     relay = RelayProcess({}, workers=1, pin=False, cluster=1)
-    trxs = [TransceiverProcess(relay, tid=t) for t in (0, 1, 2)]
-    peers = [f"--peer-http={t.tid}=127.0.0.1:{t.http_port}" for t in trxs]
-    for t in trxs:
-        # Offers that never connect (the 404 tests) stay for the test's span.
-        t.extra_args = [*peers, "--relay-network", "127.0.0.0/8", "--client-rate", "0",
-                        "--drain-grace", "0", "--first-check-timeout", "60",
-                        "--ice-timeout", "60"]  # fmt: skip
-    relay.transceivers = {t.tid: t.media_address for t in trxs}
-    started: list = []
-    try:
-        for process in (relay, *trxs):
-            process.start()
-            started.append(process)
+    # Offers that never connect (the 404 tests) stay for the test's span.
+    trxs = migrating_fleet(relay, 3, migrate_deadline_s=6.0, drain_grace_s=0,
+                           extra_args=["--first-check-timeout", "60",
+                                       "--ice-timeout", "60"])  # fmt: skip
+    with started_in_order(relay, *trxs):
         yield relay, trxs
-    finally:
-        for process in reversed(started):
-            process.stop()
 
 
 def owner_of(relay: RelayProcess, location: str) -> int:

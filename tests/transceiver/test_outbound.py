@@ -4,12 +4,14 @@ they make and take, byte for byte, and the aiortc objects they swap."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from types import SimpleNamespace
 
 import pylibsrtp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import clock as aiortc_clock
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import (
     RTCRtpCodecParameters,
@@ -29,7 +31,7 @@ from transceiver.inbound import (
     direct_rtp,
 )
 from transceiver.inbound import install as install_inbound
-from transceiver.outbound import AudioClock, DirectSender, InlineAudioSender, install
+from transceiver.outbound import AudioClock, DirectSender, InlineAudioSender, install, ntp_now
 
 TONE = opus_tone_packets(440)
 MID_URI = "urn:ietf:params:rtp-hdrext:sdes:mid"
@@ -322,3 +324,14 @@ def test_a_failure_between_ticks_is_the_sender_s_not_the_backend_s():
     direct.send_due(100.0, 0)
     track.push_opus(TONE[0])  # the send raises inside send_now: counted, not raised to the push
     assert direct.send_errors == 1
+
+
+def test_ntp_now_is_aiortc_s_ntp_time_without_the_datetimes():
+    """The Sender Reports' NTP time: same epoch and fixed point as aiortc's, within its clock's
+    microsecond (the wall clock is injected: 2026-12-02 07:45:00.25 UTC)."""
+    wall = 1_796_197_500.25
+    expected = aiortc_clock.datetime_to_ntp(datetime.datetime.fromtimestamp(wall, datetime.UTC))
+    assert ntp_now(lambda: wall) >> 32 == int(wall) + 2_208_988_800
+    assert ntp_now(lambda: wall) & 0xFFFFFFFF == 2**30  # a quarter second
+    assert abs(ntp_now(lambda: wall) - expected) < 2**32 // 1_000_000
+    assert abs(ntp_now() - aiortc_clock.current_ntp_time()) < 2**32 // 100  # 10 ms, two reads

@@ -66,7 +66,14 @@ from bench.sessions import (
     start_services,
     wait_sessions_ended,
 )
-from bench.sessions_callers import WorkerProcess, connect, hang_up, prepare_tones, start_workers
+from bench.sessions_callers import (
+    WorkerProcess,
+    callers_option,
+    connect,
+    hang_up,
+    prepare_tones,
+    start_workers,
+)
 from transceiver.metrics import CONNECT_PHASES as PHASES
 
 POST_TO_ANSWER_MS = 10.0  # the criteria (single call, p50; burst, p95)
@@ -503,14 +510,7 @@ them), writes the JSON result and its plot, and exits 0 whatever the figures are
     show_default=True,
     help="Deadline of the whole run.",
 )
-@click.option(
-    "--callers",
-    type=click.Choice(["light", "stock"]),
-    default="light",
-    show_default=True,
-    help="light: aiortc callers that connect ICE at completion and share a certificate per "
-    "process, as a browser costs; stock: aiortc as it is.",
-)
+@callers_option
 @out_option
 @click.option("--quick", is_flag=True, help="3 single calls, bursts of 4: a smoke test.")
 def connect_bench(

@@ -12,7 +12,11 @@ few worker processes (``bench/sessions_callers.py``, several calls per process o
 loop), pinned to the other CPUs together with the relay (one worker) and this process. The
 callers are kept cheap so that they are not the bottleneck: each sends a tone encoded to Opus
 once at start-up (``OpusToneTrack``) and counts what comes back at the RTP level, decoding
-inline and checking its own tone with Goertzel on a sample of frames (``EchoCounter``).
+inline and checking its own tone with Goertzel on a sample of frames (``EchoCounter``). By
+default they are light callers (``--callers light``, ``CallerWorker``): their tone leaves on
+one 20 ms clock per process and their echo's SRTP is counted from the socket's callback, on the
+transceiver's own direct paths; with stock aiortc senders the callers' core ran out first
+(88 % busy at 80 opus calls, the transceiver's at 38 %).
 
 A step: start N calls at once (an even share per worker), wait until all are connected, let the
 echo settle, then measure a window (``bench/sessions_step.py``): per call, audible (echoed)
@@ -58,7 +62,14 @@ from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import verdict
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.plots.sessions import sessions_figure
-from bench.sessions_callers import WorkerProcess, connect, hang_up, mark, start_workers
+from bench.sessions_callers import (
+    WorkerProcess,
+    callers_option,
+    connect,
+    hang_up,
+    mark,
+    start_workers,
+)
 from bench.sessions_overload import print_overload, restart_with_admission, run_overload
 from bench.sessions_step import (
     TRANSCEIVER_SATURATED_PCT,
@@ -91,7 +102,8 @@ METHOD = {
     "counted by the caller (its receiver is replaced by bench.webrtc_client.EchoCounter)",
     "cpu_per_session": "transceiver CPU time over the window (all threads, "
     "/proc/<pid>/task/*/schedstat) / N, idle cost included",
-    "callers": "pre-encoded Opus tone out (two levels in a fixed pattern over its 1 s loop); "
+    "callers": "light (default) or stock aiortc (result's light_callers); "
+    "pre-encoded Opus tone out (two levels in a fixed pattern over its 1 s loop); "
     "echo recognised byte for byte when passed through, else decoded inline and the tone "
     "checked with Goertzel on the first audible frames and then on 1 steady frame in 50",
     "echo_delay": "arrival - due send time of the loop frame each echo frame matches (by its "
@@ -115,6 +127,7 @@ class BenchConfig:
     quick: bool = False  # a smoke test: the criterion is not judged
     overload: float = 0.0  # then offer this x the largest N that passed (bench/sessions_overload)
     audio_formats: tuple[str, ...] = (PCM16, OPUS)  # the echo backend's, a series each
+    light_callers: bool = True  # bench.sessions_callers.CallerWorker: light or stock aiortc
 
     @property
     def workers(self) -> int:
@@ -132,7 +145,7 @@ def run_step(n: int, audio_format: str, cfg: BenchConfig, procs: Processes) -> S
     base = Snapshot.take(procs)  # the frame counters before the calls
     interrupted = False
     try:
-        calls = connect_calls(step, shares, procs.trx.url, cfg.connect_timeout_s)
+        calls = connect_calls(step, shares, procs.trx.url, cfg.connect_timeout_s, cfg.light_callers)
         if not step.failed:
             measure_window(step, calls, base, list(shares), cfg, procs)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no goodbyes, the workers are stopped by PID
@@ -162,10 +175,14 @@ def share_out(n: int, workers: list[WorkerProcess]) -> dict[WorkerProcess, list[
 
 
 def connect_calls(
-    step: Step, shares: dict[WorkerProcess, list[list[int]]], url: str, timeout_s: float
+    step: Step,
+    shares: dict[WorkerProcess, list[list[int]]],
+    url: str,
+    timeout_s: float,
+    light: bool,
 ) -> dict[int, dict[str, Any]]:
-    """Every call connected at once; returns each call's summary by id."""
-    connected = connect(shares, url, timeout_s)
+    """Every call connected at once (``light``: light callers); each call's summary by id."""
+    connected = connect(shares, url, timeout_s, light=light)
     calls = {c["id"]: c for reply in connected for c in reply["calls"]}
     step.connected = sum(c["connected"] for c in calls.values())
     step.failed = step.sessions - step.connected
@@ -464,7 +481,11 @@ def overload_step(
     shares = share_out(math.ceil(cfg.overload * capacity), procs.workers)
     echo(f"[{audio_format}] overload: offering {sum(map(len, shares.values()))} calls at once")
     timing = (cfg.connect_timeout_s, cfg.settle_s, cfg.window_s)
-    result = asdict(run_overload(cfg.overload, capacity, shares, procs, timing, cfg.max_loss_pct))
+    result = asdict(
+        run_overload(
+            cfg.overload, capacity, shares, procs, timing, cfg.max_loss_pct, cfg.light_callers
+        )
+    )
     echo(f"[{audio_format}] overload: {result['verdict']}")
     return result
 
@@ -787,6 +808,7 @@ figures are.
     help="The echo backend's audio, a series of steps each (repeat the option): decoded PCM16, "
     "or Opus passed through (no codec work).",
 )
+@callers_option
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -797,6 +819,7 @@ def sessions_bench(
     retries: int,
     overload: float | None,
     audio_format: tuple[str, ...],
+    callers: str,
     quick: bool,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
@@ -813,6 +836,7 @@ def sessions_bench(
             quick=True,
             overload=overload or 0.0,
             audio_formats=tuple(dict.fromkeys(audio_format)),
+            light_callers=callers == "light",
         )
     else:
         cfg = BenchConfig(
@@ -824,6 +848,7 @@ def sessions_bench(
             out_dir=out_dir,
             overload=overload or 0.0,
             audio_formats=tuple(dict.fromkeys(audio_format)),
+            light_callers=callers == "light",
         )
     run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 

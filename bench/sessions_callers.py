@@ -11,6 +11,7 @@ benchmark's end of the pipe (``bench/sessions.py``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -21,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import click
 
 from bench.harness.bounds import Deadline
 from bench.harness.processes import stop_process
@@ -39,13 +42,77 @@ def _no_decoder_thread(pc: Any) -> None:
     install(pc, InboundAudio(OPUS, on_opus=lambda frame: None))
 
 
+def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
+    """A light caller's tone leaves on the worker's one 20 ms clock, as the transceiver's audio
+    does (``transceiver.outbound``): aiortc's sender loop per call (a timer, a task wake-up and
+    a chain of awaits per packet, NTP time from two datetimes) was 80 % of the callers' CPU
+    with 80 opus calls, so that the callers' core ran out before the transceiver's. Packets go
+    to the ICE pair aioice nominated, as aiortc's would. Call after ``addTrack``."""
+    from transceiver.outbound import install
+
+    sender = next(s for s in pc.getSenders() if s.track is tone)
+
+    def send(data: bytes) -> None:
+        pair = sender.transport.transport._connection._nominated.get(1)
+        if pair is not None:
+            pair.protocol.transport.sendto(data, pair.remote_addr)
+
+    install(pc, tone, audio_clock, send)
+
+
+class _EchoInbound:
+    """Stands in for ``transceiver.inbound.InboundAudio`` under a light caller's receiver: every
+    RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
+
+    def __init__(self, echo: Any) -> None:
+        self.push = echo.count
+        self.dropped: collections.Counter[str] = collections.Counter()
+
+    def drop(self, event: str) -> None:
+        self.dropped[event] += 1
+
+
+def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
+    """A connected light caller's SRTP goes from aioice's socket callback straight to its
+    ``EchoCounter`` (``transceiver.inbound.direct_rtp``), not through aiortc's queue and DTLS
+    receive task; RTCP and DTLS still take aiortc's way. None if the call has no audio
+    receiver made light (``_no_decoder_thread``)."""
+    from transceiver.inbound import InlineAudioReceiver, direct_rtp
+
+    for transceiver in pc.getTransceivers():
+        receiver = transceiver.receiver
+        if transceiver.kind == "audio" and isinstance(receiver, InlineAudioReceiver):
+            break
+    else:
+        return None
+    inbound = _EchoInbound(echo)
+    receiver._inbound = inbound  # type: ignore[assignment]
+    dtls = receiver.transport
+    sink = direct_rtp(receiver, dtls)
+    connection = dtls.transport._connection
+    aioice_data_received = connection.data_received
+
+    def data_received(data: bytes, component: int) -> None:
+        if not (127 < data[0] < 192 and sink(data)):
+            aioice_data_received(data, component)
+
+    connection.data_received = data_received
+    return inbound
+
+
 class EchoCall:
     """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE."""
 
     def __init__(
-        self, call_id: int, hz: int, packets: list[bytes], certificate: Any = None
+        self,
+        call_id: int,
+        hz: int,
+        packets: list[bytes],
+        certificate: Any = None,
+        audio_clock: Any = None,
     ) -> None:
-        """``certificate``: a light caller's (``CallerWorker.light``), else stock aiortc."""
+        """``certificate`` and ``audio_clock``: a light caller's (``CallerWorker``), else stock
+        aiortc."""
         # aiortc is imported in the worker processes only: the benchmark imports this module.
         from aiortc import RTCConfiguration, RTCPeerConnection
 
@@ -60,6 +127,9 @@ class EchoCall:
             use_certificate(self.pc, certificate)
         self.tone = OpusToneTrack(packets)
         self.pc.addTrack(self.tone)
+        if certificate is not None and audio_clock is not None:
+            _clocked_sender(self.pc, self.tone, audio_clock)
+        self.direct_echo: _EchoInbound | None = None
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.pc.createDataChannel("events")
         tone = self.tone
@@ -86,6 +156,8 @@ class EchoCall:
         if self.pc.connectionState == "connected" and self.connected_at is None:
             self.connected_at = time.monotonic()
             self.connected.set()
+            if self.light:
+                self.direct_echo = _direct_echo(self.pc, self.echo)
         elif self.pc.connectionState in ("failed", "closed") and not self.hanging_up:
             self.error = self.error or f"connection {self.pc.connectionState}"
 
@@ -196,6 +268,7 @@ class EchoCall:
             "tone_checks_unclear": e.tone_checks_unclear,
             "foreign_tones": e.foreign_tones,
             "decode_errors": e.decode_errors,
+            "inbound_dropped": dict(self.direct_echo.dropped) if self.direct_echo else {},
             "echo_delay_ms": e.echo_delay_ms(since=self.window_start),
         }
 
@@ -214,13 +287,16 @@ class CallerWorker:
     connects at completion (``bench.webrtc_client.prompt_ice``), they share one DTLS
     certificate per worker (``transceiver.certificate``) and start no decoder thread, so that
     many callers connecting at once on one CPU do not measure aiortc's client-side costs
-    instead of the transceiver."""
+    instead of the transceiver. Once connected, their media takes the transceiver's own direct
+    paths: the tone leaves on one 20 ms clock per worker (``_clocked_sender``) and the echo's
+    SRTP goes from the socket's callback to the ``EchoCounter`` (``_direct_echo``)."""
 
     def __init__(self) -> None:
         self.calls: list[EchoCall] = []
         self.url = ""
         self._packets: dict[int, list[bytes]] = {}
         self._certificate: Any = None  # the light callers' one certificate
+        self._audio_clock: Any = None  # the light callers' one 20 ms clock
         self.http: Any = None
 
     def reply(self, message: dict[str, Any]) -> None:
@@ -241,14 +317,19 @@ class CallerWorker:
             for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
                 if hz not in self._packets:
                     self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-            certificate = None
+            certificate = audio_clock = None
             if cmd.get("light", False):
                 if self._certificate is None:
                     from transceiver.certificate import SharedCertificate
+                    from transceiver.outbound import AudioClock
 
                     self._certificate = SharedCertificate.generateCertificate()
-                certificate = self._certificate
-            new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
+                    self._audio_clock = AudioClock()
+                certificate, audio_clock = self._certificate, self._audio_clock
+            new = [
+                EchoCall(i, hz, self._packets[hz], certificate, audio_clock)
+                for i, hz in cmd["calls"]
+            ]
             self.calls += new
             echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
             await asyncio.gather(
@@ -308,6 +389,18 @@ def worker_main(argv: list[str]) -> None:
     loopback_only()
     with contextlib.suppress(TimeoutError, KeyboardInterrupt):
         asyncio.run(asyncio.wait_for(CallerWorker().serve(), max_seconds))
+
+
+CALLERS = ("light", "stock")
+callers_option = click.option(
+    "--callers",
+    type=click.Choice(CALLERS),
+    default="light",
+    show_default=True,
+    help="light: aiortc callers that connect ICE at completion, share a certificate per process "
+    "(as a browser costs) and send and count their media on the transceiver's own direct paths; "
+    "stock: aiortc as it is.",
+)
 
 
 # -- the orchestrator's end of the workers --------------------------------------------------------

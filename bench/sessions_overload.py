@@ -76,16 +76,20 @@ def run_overload(
     procs: Processes,
     timing: tuple[float, float, float],
     max_loss_pct: float,
+    light: bool = True,
 ) -> Overload:
     """Offer the calls of ``shares`` (``factor`` x ``capacity``) at once, each refused one again
     after its Retry-After (``RETRIES`` times, as a client would); measure the admitted ones over
-    a window. ``timing``: (connect timeout, settle, window) in seconds."""
+    a window. ``timing``: (connect timeout, settle, window) in seconds; ``light``: light
+    callers (``bench.sessions_callers.CallerWorker``)."""
     connect_timeout_s, settle_s, window_s = timing
     assert procs.trx.proc is not None
     result = Overload(factor, capacity, offered=sum(map(len, shares.values())))
     busy = list(shares)
     base = Snapshot.take(procs)
-    replies = connect(shares, procs.trx.url, connect_timeout_s + 4 * RETRIES, retries=RETRIES)
+    replies = connect(
+        shares, procs.trx.url, connect_timeout_s + 4 * RETRIES, light=light, retries=RETRIES
+    )
     calls = {c["id"]: c for r in replies for c in r["calls"]}
     result.answers_503 = sum(c.get("refusals", 0) for c in calls.values())
     admitted = {k: c for k, c in calls.items() if c["connected"]}

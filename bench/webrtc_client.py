@@ -25,6 +25,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import aioice.ice
@@ -170,11 +171,24 @@ class OpusToneTrack(MediaStreamTrack):
         self._packets = packets
         self._count = 0
         self._start: float | None = None
+        self.on_due: Callable[[], None] | None = None  # set by a clocked sender; a tone never late
 
     @property
     def frames_sent(self) -> int:
         """Packets handed to the sender so far (it falls behind when its event loop does)."""
         return self._count
+
+    def take_due(self, now: float, limit: int = 10) -> list[tuple[bytes, int]]:
+        """The packets due by ``now`` (``time.monotonic()``) as (payload, RTP timestamp offset),
+        at most ``limit``: the transceiver's clocked sender (``transceiver.outbound``) sends
+        them, for a light caller, without aiortc's sender loop. The first call starts the tone."""
+        if self._start is None:
+            self._start = now
+        due: list[tuple[bytes, int]] = []
+        while len(due) < limit and self._start + self._count * SAMPLES / RATE <= now:
+            due.append((self._packets[self._count % len(self._packets)], self._count * SAMPLES))
+            self._count += 1
+        return due
 
     async def recv(self) -> av.Packet:  # type: ignore[override]
         if self.readyState != "live":
@@ -530,6 +544,12 @@ class EchoCounter:
         return self._jitter_units / RATE
 
     async def _handle_rtp_packet(self, packet: RtpPacket, arrival_time_ms: int) -> None:
+        """aiortc's entry (its DTLS transport's receive task)."""
+        self.count(packet)
+
+    def count(self, packet: Any) -> None:
+        """One RTP packet of the echo (``sequence_number``, ``timestamp``, ``payload``), now."""
+        arrival_time_ms = int(self._clock() * 1000)
         seq = packet.sequence_number
         if self._base_seq is None:
             self._base_seq = self._max_seq = seq

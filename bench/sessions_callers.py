@@ -65,8 +65,13 @@ class _EchoInbound:
     RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
 
     def __init__(self, echo: Any) -> None:
-        self.push = echo.count
+        self._count = echo.count
+        self.packets = 0  # taken by the direct path
         self.dropped: collections.Counter[str] = collections.Counter()
+
+    def push(self, packet: Any) -> None:
+        self.packets += 1
+        self._count(packet)
 
     def drop(self, event: str) -> None:
         self.dropped[event] += 1

@@ -502,6 +502,17 @@ def rss_slope_mb(idle_rss_mb: float, steps: list[dict[str, Any]]) -> float | Non
     return statistics.linear_regression([n for n, _ in points], [m for _, m in points]).slope
 
 
+def cpu_slope_pct(steps: list[dict[str, Any]]) -> float | None:
+    """What one more call adds to the transceiver's CPU, % of a core: the least-squares slope of
+    its CPU over N, steps that passed. Lower than CPU per call at the largest N, whose average
+    carries the load's fixed share (wake-ups, the clock's ticks): for planning, not the
+    criterion."""
+    points = [(float(s["sessions"]), s["transceiver_cpu_pct"]) for s in steps if s["ok"]]
+    if len({n for n, _ in points}) < 2:
+        return None
+    return statistics.linear_regression([n for n, _ in points], [c for _, c in points]).slope
+
+
 def summarize_format(
     audio_format: str, figures: dict[str, Any], codec_pct: float, cfg: BenchConfig
 ) -> dict[str, Any]:
@@ -521,6 +532,7 @@ def summarize_format(
         "connect_ms": best["connect_ms"] if best else {},
         "first_echo_ms": best["first_echo_ms"] if best else {},
         "rss_mb_per_call": rss_slope_mb(figures["transceiver_idle_rss_mb"], steps),
+        "cpu_slope_per_session_pct": cpu_slope_pct(steps),
     }
     if best is not None and best["cpu_per_session_pct"] > 0:
         out["cpu_per_session_pct"] = best["cpu_per_session_pct"]
@@ -719,6 +731,13 @@ def print_format_summary(
             f"{_f(s['connect_ms'].get('p50'))}/{_f(s['connect_ms'].get('p95'))} ms, first echo "
             f"{_f(s['first_echo_ms'].get('p50'))}/{_f(s['first_echo_ms'].get('p95'))} ms, echo "
             f"delay p95 {_f(s['echo_delay_p95_ms'])} ms (lag p95 {_f(s['echo_lag_p95_ms'])} ms)"
+        )
+    slope = s.get("cpu_slope_per_session_pct")
+    if slope:
+        echo(
+            f"CPU one more call adds (least-squares slope over the steps that passed): "
+            f"{slope:.3f}% of a core, {100 / slope:.0f} calls per core at the margin "
+            "(for planning; the criterion is judged on CPU per call)"
         )
     if s["rss_mb_per_call"] is not None:
         echo(f"memory per call (RSS slope over N, idle as N = 0): {s['rss_mb_per_call']:.2f} MB")

@@ -14,7 +14,7 @@ callers are kept cheap so that they are not the bottleneck: each sends a tone en
 once at start-up (``OpusToneTrack``) and counts what comes back at the RTP level, decoding
 inline and checking its own tone with Goertzel on a sample of frames (``EchoCounter``). By
 default they are light callers (``--callers light``, ``CallerWorker``): their tone leaves on
-one 20 ms clock per process and their echo's SRTP is counted from the socket's callback, on the
+a 20 ms clock of their own and their echo's SRTP is counted from the socket's callback, on the
 transceiver's own direct paths; with stock aiortc senders the callers' core ran out first
 (88 % busy at 80 opus calls, the transceiver's at 38 %).
 

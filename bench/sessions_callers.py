@@ -43,11 +43,14 @@ def _no_decoder_thread(pc: Any) -> None:
 
 
 def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
-    """A light caller's tone leaves on the worker's one 20 ms clock, as the transceiver's audio
-    does (``transceiver.outbound``): aiortc's sender loop per call (a timer, a task wake-up and
-    a chain of awaits per packet, NTP time from two datetimes) was 80 % of the callers' CPU
-    with 80 opus calls, so that the callers' core ran out before the transceiver's. Packets go
-    to the ICE pair aioice nominated, as aiortc's would. Call after ``addTrack``."""
+    """A light caller's tone leaves on a 20 ms clock of its own, through the transceiver's
+    clocked sender (``transceiver.outbound``): aiortc's sender loop per call (a timer, a task
+    wake-up and a chain of awaits per packet, NTP time from two datetimes) was 80 % of the
+    callers' CPU with 80 opus calls, so that the callers' core ran out before the
+    transceiver's. One clock per call, started when it connects, not one per worker: the calls'
+    packets reach the transceiver spread over the 20 ms as independent callers' do, not ten at
+    once (which would flatter its CPU per packet). Packets go to the ICE pair aioice nominated,
+    as aiortc's would. Call after ``addTrack``."""
     from transceiver.outbound import install
 
     sender = next(s for s in pc.getSenders() if s.track is tone)
@@ -114,10 +117,8 @@ class EchoCall:
         hz: int,
         packets: list[bytes],
         certificate: Any = None,
-        audio_clock: Any = None,
     ) -> None:
-        """``certificate`` and ``audio_clock``: a light caller's (``CallerWorker``), else stock
-        aiortc."""
+        """``certificate``: a light caller's (``CallerWorker``), else stock aiortc."""
         # aiortc is imported in the worker processes only: the benchmark imports this module.
         from aiortc import RTCConfiguration, RTCPeerConnection
 
@@ -132,8 +133,12 @@ class EchoCall:
             use_certificate(self.pc, certificate)
         self.tone = OpusToneTrack(packets)
         self.pc.addTrack(self.tone)
-        if certificate is not None and audio_clock is not None:
-            _clocked_sender(self.pc, self.tone, audio_clock)
+        self.audio_clock: Any = None  # a light caller's own 20 ms clock
+        if certificate is not None:
+            from transceiver.outbound import AudioClock
+
+            self.audio_clock = AudioClock()
+            _clocked_sender(self.pc, self.tone, self.audio_clock)
         self.direct_echo: _EchoInbound | None = None
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.pc.createDataChannel("events")
@@ -293,7 +298,7 @@ class CallerWorker:
     certificate per worker (``transceiver.certificate``) and start no decoder thread, so that
     many callers connecting at once on one CPU do not measure aiortc's client-side costs
     instead of the transceiver. Once connected, their media takes the transceiver's own direct
-    paths: the tone leaves on one 20 ms clock per worker (``_clocked_sender``) and the echo's
+    paths: the tone leaves on a 20 ms clock of its own (``_clocked_sender``) and the echo's
     SRTP goes from the socket's callback to the ``EchoCounter`` (``_direct_echo``)."""
 
     def __init__(self) -> None:
@@ -301,7 +306,6 @@ class CallerWorker:
         self.url = ""
         self._packets: dict[int, list[bytes]] = {}
         self._certificate: Any = None  # the light callers' one certificate
-        self._audio_clock: Any = None  # the light callers' one 20 ms clock
         self.http: Any = None
 
     def reply(self, message: dict[str, Any]) -> None:
@@ -322,19 +326,14 @@ class CallerWorker:
             for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
                 if hz not in self._packets:
                     self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-            certificate = audio_clock = None
+            certificate = None
             if cmd.get("light", False):
                 if self._certificate is None:
                     from transceiver.certificate import SharedCertificate
-                    from transceiver.outbound import AudioClock
 
                     self._certificate = SharedCertificate.generateCertificate()
-                    self._audio_clock = AudioClock()
-                certificate, audio_clock = self._certificate, self._audio_clock
-            new = [
-                EchoCall(i, hz, self._packets[hz], certificate, audio_clock)
-                for i, hz in cmd["calls"]
-            ]
+                certificate = self._certificate
+            new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
             self.calls += new
             echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
             await asyncio.gather(

@@ -60,14 +60,11 @@ BODY_LEN = 1 + _FIELDS.size  # 15: ver_key, then the fields
 HINT_LEN_BYTES = BODY_LEN + TAG_LEN  # 27
 HINT_LEN_CHARS = HINT_LEN_BYTES * 4 // 3  # 36; 27 is a multiple of 3, so base64 needs no '='
 
-HINT_ERROR_REASONS: tuple[str, ...] = (
-    "malformed",
-    "version",
-    "unknown_key",
-    "bad_tag",
-    "expired",
-    "future",
-)
+SEAL_ERROR_REASONS: tuple[str, ...] = ("malformed", "version", "unknown_key", "bad_tag")
+"""What reading any keyring-signed format can fail on (``unseal``, ``unseal_url``, a bad length):
+each format adds the reasons of its own clock."""
+
+HINT_ERROR_REASONS: tuple[str, ...] = (*SEAL_ERROR_REASONS, "expired", "future")
 
 
 class HintError(ValueError):

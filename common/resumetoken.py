@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from common.hint import TAG_LEN, HintError, Keyring, seal_url, unseal_url
+from common.hint import SEAL_ERROR_REASONS, TAG_LEN, HintError, Keyring, seal_url, unseal_url
 from common.sessionid import CALL_ID_LEN
 
 __all__ = [
@@ -48,10 +48,7 @@ RESUME_TOKEN_LEN_BYTES = 1 + _FIELDS.size + TAG_LEN  # 45
 RESUME_TOKEN_LEN_CHARS = RESUME_TOKEN_LEN_BYTES * 4 // 3  # 60; 45 is a multiple of 3: no '='
 
 RESUME_TOKEN_ERROR_REASONS: tuple[str, ...] = (
-    "malformed",
-    "version",
-    "unknown_key",
-    "bad_tag",
+    *SEAL_ERROR_REASONS,
     "expired",
     "future",  # expires further ahead than any token we give (a clock far off, or a forgery)
 )

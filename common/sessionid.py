@@ -24,6 +24,7 @@ import struct
 from dataclasses import dataclass
 
 from common.hint import (
+    SEAL_ERROR_REASONS,
     TAG_LEN,
     HintError,
     Keyring,
@@ -52,14 +53,7 @@ _FIELDS = struct.Struct("!BHI16s")  # cluster, transceiver id, issued-at minutes
 SESSION_ID_LEN_BYTES = 1 + _FIELDS.size + TAG_LEN  # 36
 SESSION_ID_LEN_CHARS = SESSION_ID_LEN_BYTES * 4 // 3  # 48; 36 is a multiple of 3: no '='
 
-SESSION_ID_ERROR_REASONS: tuple[str, ...] = (
-    "malformed",
-    "version",
-    "unknown_key",
-    "bad_tag",
-    "expired",
-    "future",
-)
+SESSION_ID_ERROR_REASONS: tuple[str, ...] = (*SEAL_ERROR_REASONS, "expired", "future")
 
 
 class SessionIdError(HintError):

@@ -185,23 +185,28 @@ class OpusToneTrack(MediaStreamTrack):
         if self._start is None:
             self._start = now
         due: list[tuple[bytes, int]] = []
-        while len(due) < limit and self._start + self._count * SAMPLES / RATE <= now:
+        while len(due) < limit and self._next_at() <= now:
             due.append((self._packets[self._count % len(self._packets)], self._count * SAMPLES))
             self._count += 1
         return due
 
+    def _next_at(self) -> float:
+        """When the next packet is due (monotonic); the tone has started."""
+        assert self._start is not None
+        return self._start + self._count * SAMPLES / RATE
+
     async def recv(self) -> av.Packet:  # type: ignore[override]
+        """aiortc's own sender's way: one packet of ``take_due`` at a time, on time."""
         if self.readyState != "live":
             raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        wait = self._start + self._count * SAMPLES / RATE - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        packet = av.Packet(self._packets[self._count % len(self._packets)])
-        packet.pts = self._count * SAMPLES
+        if self._start is not None:
+            wait = self._next_at() - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        ((payload, pts),) = self.take_due(time.monotonic(), limit=1)
+        packet = av.Packet(payload)
+        packet.pts = pts
         packet.time_base = TIME_BASE
-        self._count += 1
         return packet
 
 

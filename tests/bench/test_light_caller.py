@@ -5,11 +5,12 @@ socket's callback), and the echo it counts is its own."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 
 from bench.sessions_callers import EchoCall
-from bench.webrtc_client import DELAY_LEVELS, opus_tone_packets
+from bench.webrtc_client import DELAY_LEVELS, OpusToneTrack, opus_tone_packets
 from tests.support.inprocess import direct_config, running
 from transceiver.certificate import SharedCertificate
 from transceiver.outbound import AudioClock, InlineAudioSender
@@ -45,3 +46,20 @@ def test_a_light_caller_sends_on_the_clock_and_counts_its_echo_from_the_socket()
     assert echo.first_echo_at is not None
     assert echo.tone_checks_own == echo.tone_checks > 0  # ...and is the caller's own audio
     assert echo.packets_received >= call.direct_echo.packets
+
+
+def test_the_tone_is_due_every_20_ms_for_the_clock_and_for_aiortc_s_sender() -> None:
+    packets = [b"a", b"b", b"c"]
+    tone = OpusToneTrack(packets)
+    t0 = time.monotonic() - 10.0  # in the past: recv below finds its packet due, no wait
+    assert tone.take_due(t0) == [(b"a", 0)]  # the first take starts the tone
+    assert tone.take_due(t0 + 0.019) == []
+    assert tone.take_due(t0 + 0.05) == [(b"b", 960), (b"c", 1920)]
+    assert tone.take_due(t0 + 0.2, limit=2) == [(b"a", 2880), (b"b", 3840)]  # late, bounded
+
+    async def pulled() -> tuple[bytes, int]:
+        packet = await tone.recv()  # already late: no wait, the next packet in line
+        return bytes(packet), packet.pts
+
+    assert asyncio.run(pulled()) == (b"c", 4800)
+    assert tone.frames_sent == 6

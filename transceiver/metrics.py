@@ -47,6 +47,8 @@ class SessionMetrics:
     ice_connected: Histogram
     dtls_connected: Histogram
     connect_phase: Histogram  # labelled by phase (transceiver.lifecycle.Lifecycle.connect_phases)
+    # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.ssrc), per packet
+    foreign_ssrc: Tally
 
 
 class TransceiverMetrics:
@@ -144,7 +146,8 @@ class TransceiverMetrics:
         )
         self.dropped = Counter(
             "rtcedge_transceiver_dropped_datagrams",
-            "Datagrams dropped by the demultiplexer, by reason.",
+            "Datagrams dropped by the demultiplexer, by reason; foreign_ssrc: SRTP or SRTCP of"
+            " an SSRC that is not the caller's (a call latches at most 4), before unprotect.",
             ["reason"],
             registry=r,
         )
@@ -243,6 +246,7 @@ class TransceiverMetrics:
                 ("datagrams_out", self.datagrams, "out"),
                 ("audio_frames_in", self.audio_frames, "in"),
                 ("audio_frames_out", self.audio_frames, "out"),
+                ("foreign_ssrc", self.dropped, "foreign_ssrc"),
             )
         }
 
@@ -260,4 +264,5 @@ class TransceiverMetrics:
             self.ice_connected,
             self.dtls_connected,
             self.connect_phase,
+            self.tallies["foreign_ssrc"],
         )

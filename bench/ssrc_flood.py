@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import struct
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from bench.webrtc_client import ToneTrack, loopback_only
 OPUS_SILENCE = b"\xf8\xff\xfe"  # one 20 ms Opus frame of silence (RFC 6716 TOC + payload)
 BURST = 100  # packets sent back to back, then a pause: the transceiver's socket never overflows
 PAUSE_S = 0.01
+ROUNDS = 3  # CPU measurements per call and kind, alternating: the median is printed
 DROPPED = "rtcedge_transceiver_dropped_datagrams_total"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -109,31 +111,43 @@ class FloodCaller:
                 self._used.add(ssrc)
                 return ssrc
 
-    async def flood(self, rtp_ssrcs: int, rtcp_ssrcs: int = 0) -> None:
+    def junk(self, rtp_ssrcs: int, rtcp_ssrcs: int = 0) -> list[bytes]:
         """``rtp_ssrcs`` RTP packets and ``rtcp_ssrcs`` receiver reports, each of a new SSRC and
-        protected with the call's own SRTP session (so each authenticates), paced in bursts."""
-        pt, dtls = self.payload_type, self.dtls
-        for i in range(rtp_ssrcs + rtcp_ssrcs):
-            if i < rtp_ssrcs:
-                header = struct.pack("!BBHII", 0x80, pt, i & 0xFFFF, (i * 960) & 0xFFFFFFFF, 0)
-                packet = header[:8] + self._new_ssrc().to_bytes(4, "big") + OPUS_SILENCE
-                self.sent_rtp += 1
-            else:
-                packet = bytes(RtcpRrPacket(ssrc=self._new_ssrc()))
-                self.sent_rtcp += 1
-            await dtls._send_rtp(packet)
+        protected with the call's own SRTP session (so each would authenticate)."""
+        pt, tx = self.payload_type, self.dtls._tx_srtp
+        packets = []
+        for i in range(rtp_ssrcs):
+            header = struct.pack("!BBHII", 0x80, pt, i & 0xFFFF, (i * 960) & 0xFFFFFFFF, 0)
+            ssrc = self._new_ssrc().to_bytes(4, "big")
+            packets.append(tx.protect(header[:8] + ssrc + OPUS_SILENCE))
+        for _ in range(rtcp_ssrcs):
+            packets.append(tx.protect_rtcp(bytes(RtcpRrPacket(ssrc=self._new_ssrc()))))
+        self.sent_rtp += rtp_ssrcs
+        self.sent_rtcp += rtcp_ssrcs
+        return packets
+
+    def forged(self, count: int) -> list[bytes]:
+        """``count`` packets of the caller's own SSRC with a made-up payload and tag: they fail
+        authentication (the caller's own SRTP state is not touched)."""
+        pt, ssrc = self.payload_type, self.own_ssrc
+        return [
+            struct.pack("!BBHII", 0x80, pt, self._rng.randrange(65536), i * 960, ssrc)
+            + self._rng.randbytes(13)  # 3 bytes of payload, a 10-byte tag
+            for i in range(count)
+        ]
+
+    async def send(self, packets: list[bytes]) -> None:
+        """Send ``packets`` on the call's path, in bursts (the transceiver's socket never
+        overflows)."""
+        transport = self.dtls.transport
+        for i, packet in enumerate(packets):
+            await transport._send(packet)
             if i % BURST == BURST - 1:
                 await asyncio.sleep(PAUSE_S)
 
-    async def forge(self, count: int) -> None:
-        """``count`` packets of the caller's own SSRC with a made-up payload and tag: they fail
-        authentication (the caller's own SRTP state is not touched)."""
-        pt, transport, ssrc = self.payload_type, self.dtls.transport, self.own_ssrc
-        for i in range(count):
-            header = struct.pack("!BBHII", 0x80, pt, self._rng.randrange(65536), i * 960, ssrc)
-            await transport._send(header + self._rng.randbytes(13))  # 3 B payload + 10 B tag
-            if i % BURST == BURST - 1:
-                await asyncio.sleep(PAUSE_S)
+    async def flood(self, rtp_ssrcs: int, rtcp_ssrcs: int = 0) -> None:
+        """``junk`` sent."""
+        await self.send(self.junk(rtp_ssrcs, rtcp_ssrcs))
 
     async def delete(self, url: str, timeout_s: float = 30) -> tuple[int, float]:
         """DELETE the call's resource: (status, seconds until the answer)."""
@@ -185,7 +199,8 @@ class Result:
     rss_after_flood_bytes: int = 0
     foreign_ssrc_drops: float = 0
     kernel_drops: int = 0
-    cpu_us_per_junk: dict[str, float] = field(default_factory=dict)  # "<call>/<kind>"
+    cpu_us_per_junk: dict[str, float] = field(default_factory=dict)  # "<call>/<kind>": median
+    cpu_us_per_junk_runs: dict[str, list[float]] = field(default_factory=dict)
     idle_cpu_pct: float = 0.0  # the transceiver with both calls up, nothing else sent
     delete_s: dict[str, float] = field(default_factory=dict)
     delete_status: dict[str, int] = field(default_factory=dict)
@@ -203,12 +218,14 @@ async def _cpu_us_per_packet(pid: int, send: Any, packets: int, idle_per_s: floa
 
 async def run_bench(rtp_ssrcs: int, rtcp_ssrcs: int, junk: int) -> Result:
     result = Result(rtp_ssrcs, rtcp_ssrcs, junk)
-    with direct_transceiver() as trx:
+    # Admission off: a flooded transceiver (before the latch) refuses new calls as overloaded.
+    with direct_transceiver(["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]) as trx:
         assert trx.proc is not None
         pid = trx.proc.pid
         flooded, fresh = FloodCaller(440, seed=1), FloodCaller(660, seed=2)
         try:
             await flooded.connect(trx.url)
+            await fresh.connect(trx.url)
             await asyncio.sleep(1.0)
             result.rss_before_bytes = rss_bytes(pid)
             drops = udp_drops(trx.media_port)
@@ -218,20 +235,23 @@ async def run_bench(rtp_ssrcs: int, rtcp_ssrcs: int, junk: int) -> Result:
             result.foreign_ssrc_drops = foreign_ssrc_drops(trx)
             result.kernel_drops = udp_drops(trx.media_port) - drops
             reports = flooded.receiver_reports
-            await fresh.connect(trx.url)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(3.0)
             result.receiver_reports_after_flood = flooded.receiver_reports - reports
             idle_from, idle_at = cpu_s(pid), time.monotonic()
             await asyncio.sleep(3.0)
             idle_per_s = (cpu_s(pid) - idle_from) / (time.monotonic() - idle_at)
             result.idle_cpu_pct = idle_per_s * 100
-            for name, call in (("flooded", flooded), ("fresh", fresh)):
-                result.cpu_us_per_junk[f"{name}/new_ssrc"] = await _cpu_us_per_packet(
-                    pid, call.flood(junk), junk, idle_per_s
-                )
-                result.cpu_us_per_junk[f"{name}/forged"] = await _cpu_us_per_packet(
-                    pid, call.forge(junk), junk, idle_per_s
-                )
+            runs: dict[str, list[float]] = {}
+            for _ in range(ROUNDS):
+                for name, call in (("flooded", flooded), ("fresh", fresh)):
+                    for kind, packets in (
+                        ("new_ssrc", call.junk(junk)),
+                        ("forged", call.forged(junk)),
+                    ):
+                        cost = await _cpu_us_per_packet(pid, call.send(packets), junk, idle_per_s)
+                        runs.setdefault(f"{name}/{kind}", []).append(cost)
+            result.cpu_us_per_junk = {key: statistics.median(v) for key, v in runs.items()}
+            result.cpu_us_per_junk_runs = runs
             for name, call in (("flooded", flooded), ("fresh", fresh)):
                 status, took = await call.delete(trx.url)
                 result.delete_status[name], result.delete_s[name] = status, took

@@ -7,16 +7,16 @@ teardown hung. ``FloodCaller`` is that caller: a real aiortc call (WHIP, a tone)
 packets with new SSRCs through its own DTLS transport (``_send_rtp``: its own SRTP session, so
 they authenticate at the transceiver), and counts the receiver reports it is sent.
 
-``python3 -m bench.ssrc_flood`` runs a ``transceiver serve`` process, floods one call with
-15,000 SSRCs, opens a fresh call beside it, and prints, in one run: the transceiver's CPU per
-junk packet (a protected packet of a new SSRC, and a forged one of the caller's own SSRC) on the
-flooded call and on the fresh one, its RSS before and after the flood, and how long each call's
-DELETE took. Bounded: a fixed number of packets, paced, and a deadline for every wait.
+``rtcedge bench ssrc`` (or ``python3 -m bench.ssrc_flood``) runs a ``transceiver serve``
+process, floods one call with 15,000 SSRCs, opens a fresh call beside it, and prints, in one
+run: the transceiver's CPU per junk packet (a protected packet of a new SSRC, and a forged one
+of the caller's own SSRC) on the flooded call and on the fresh one, its RSS before and after the
+flood, the receiver reports sent after it, and how long each call's DELETE took. Bounded: a
+fixed number of packets, paced, and a deadline for every wait.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
+import click
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtp import RtcpRrPacket
 
@@ -261,22 +262,47 @@ async def run_bench(rtp_ssrcs: int, rtcp_ssrcs: int, junk: int) -> Result:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ssrcs", type=int, default=15_000, help="RTP SSRCs the flood uses")
-    parser.add_argument("--rtcp-ssrcs", type=int, default=300, help="SRTCP SSRCs the flood uses")
-    parser.add_argument("--junk", type=int, default=5_000, help="packets per CPU measurement")
-    args = parser.parse_args()
+@click.command("ssrc")
+@click.option(
+    "--ssrcs",
+    type=click.IntRange(1),
+    default=15_000,
+    show_default=True,
+    help="RTP SSRCs the flooded call's caller protects packets with.",
+)
+@click.option(
+    "--rtcp-ssrcs",
+    type=click.IntRange(0),
+    default=300,
+    show_default=True,
+    help="SRTCP SSRCs (receiver reports) it adds to the flood.",
+)
+@click.option(
+    "--junk",
+    type=click.IntRange(100),
+    default=5_000,
+    show_default=True,
+    help="Packets per CPU measurement (each call, each kind, 3 rounds).",
+)
+def ssrc_bench(ssrcs: int, rtcp_ssrcs: int, junk: int) -> None:
+    """One call flooded with SSRCs of its own beside a fresh call: RSS, receiver reports,
+    transceiver CPU per junk packet on each, and each call's DELETE (issue 21, item 4)."""
     loopback_only()
-    result = asyncio.run(asyncio.wait_for(run_bench(args.ssrcs, args.rtcp_ssrcs, args.junk), 300))
+    result = asyncio.run(asyncio.wait_for(run_bench(ssrcs, rtcp_ssrcs, junk), 300))
     print(json.dumps(asdict(result), indent=2))
     grown = result.rss_after_flood_bytes - result.rss_before_bytes
     print(f"RSS grown by the flood: {grown / 1024:.0f} KiB")
-    for key, value in result.cpu_us_per_junk.items():
-        print(f"CPU per junk packet, {key}: {value:.1f} us")
+    print(f"receiver reports in the 3 s after the flood: {result.receiver_reports_after_flood}")
+    for kind in ("new_ssrc", "forged"):
+        flooded = result.cpu_us_per_junk[f"flooded/{kind}"]
+        fresh = result.cpu_us_per_junk[f"fresh/{kind}"]
+        print(
+            f"CPU per junk packet ({kind}): flooded call {flooded:.1f} us,"
+            f" fresh call {fresh:.1f} us"
+        )
     for key, value in result.delete_s.items():
-        print(f"DELETE {key}: {result.delete_status[key]} in {value * 1000:.0f} ms")
+        print(f"DELETE of the {key} call: {result.delete_status[key]} in {value * 1000:.0f} ms")
 
 
 if __name__ == "__main__":
-    main()
+    ssrc_bench()

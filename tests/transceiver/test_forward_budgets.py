@@ -9,6 +9,8 @@ on 1 and a resume offer whose call 1 owns were refused 503 meanwhile. Now the hu
 DELETE is answered 200 by its owner and the resume offer's claim reaches its owner (who answers
 that the call is gone: 410, not 503). Once the hung forwards time out, the owner is failed fast
 (owner_failing): no new connection is made to it.
+
+In-process: a DELETE is answered once the session's end has started, its teardown going on.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from bench.peers import RelayProcess, TransceiverProcess, started_in_order
 from common.config import format_host_port
 from common.resumetoken import NONCE_LEN, sign_resume_token
 from common.sessionid import sign_session_id
+from tests.support.inprocess import direct_config, ended, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post
+from transceiver.backend import Backend, BackendSession
+from transceiver.backends import create_backend
+from transceiver.lifecycle import State
 from transceiver.routes import RESUME_HEADER
 
 ATTACK_REQUESTS = 40
@@ -118,3 +124,55 @@ def test_a_hung_owner_does_not_take_the_forwards_of_healthy_owners_or_the_claims
     finally:
         for sock in (*held, silent):
             sock.close()
+
+
+class SlowToEndBackend(Backend):
+    """The echo backend, whose sessions' close waits until ``release`` is set (a backend slow
+    to hang up: the session's teardown waits on it, up to its step bound)."""
+
+    name = "slow_to_end"
+
+    def __init__(self) -> None:
+        self.echo = create_backend("echo")
+        self.release = asyncio.Event()
+
+    async def open_session(self, info, emit_audio, emit_event, on_failure) -> BackendSession:
+        inner = await self.echo.open_session(info, emit_audio, emit_event, on_failure)
+        release = self.release
+
+        class Slow(BackendSession):
+            def audio_in(self, pcm: bytes) -> None:
+                inner.audio_in(pcm)
+
+            def event_in(self, event: dict) -> None:
+                inner.event_in(event)
+
+            async def close(self, reason: str) -> None:
+                await release.wait()
+                await inner.close(reason)
+
+        return Slow()
+
+
+def test_delete_is_answered_once_the_end_started_and_the_teardown_goes_on():
+    """In-process: the DELETE's 200 arrives while the session is still tearing down (it held
+    the caller, and a forwarding peer's slot, for the whole teardown)."""
+    backend = SlowToEndBackend()
+
+    async def go():
+        async with running(direct_config(), backend=backend) as (server, url):
+            status, _, headers = await post(url, await make_offer())
+            assert status == 201
+            (session,) = server.sessions.values()
+            async with (
+                aiohttp.ClientSession() as http,
+                http.delete(url + headers["Location"]) as r,
+            ):
+                assert r.status == 200
+            assert session.state is State.CLOSING and not session.closed.is_set()
+            assert server.metrics.whip_requests.labels("DELETE", "200")._value.get() == 1
+            backend.release.set()
+            assert await wait_until(lambda: not server.sessions)
+            assert ended(server, "deleted") == 1
+
+    run(go())

@@ -60,9 +60,9 @@ class PeerForwarder:
     def _open(self) -> aiohttp.ClientSession:
         limits = self.budget.limits
         self._client = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(
-                total=self.timeout_s, sock_connect=self.connect_timeout_s
-            ),
+            # ``connect``: the name's lookup and the TCP handshake (no wait for the pool: it
+            # holds as many connections as there are slots).
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s),
             connector=aiohttp.TCPConnector(limit=limits.max_forwards + limits.max_claims),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,

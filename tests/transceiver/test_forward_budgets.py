@@ -176,3 +176,40 @@ def test_delete_is_answered_once_the_end_started_and_the_teardown_goes_on():
             assert ended(server, "deleted") == 1
 
     run(go())
+
+
+def test_an_owner_that_never_completes_the_handshake_times_out_connecting_then_fails_fast():
+    """In-process: the owner's listener has a full accept queue, so the kernel drops further
+    SYNs and a connect to it hangs. With --peer-timeout 30 s and --peer-connect-timeout 0.5 s
+    the forward is refused (owner_failed) within the test's bound of 15 s, and the next one at
+    once (owner_failing), without a connection attempt."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    fillers: list[socket.socket] = []
+    for _ in range(8):  # more than the queue takes: the rest of the SYNs are dropped
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(full.getsockname())
+        fillers.append(filler)
+    cfg = direct_config(
+        peer_http=((5, full.getsockname()),), peer_timeout_s=30.0, peer_connect_timeout_s=0.5
+    )
+
+    async def go():
+        async with running(cfg) as (server, url), aiohttp.ClientSession() as http:
+            refused = server.metrics.session_requests_refused
+            sid = sign_session_id(server.keyring, 0, 5, time.time(), "ab" * 16)
+            async with http.delete(f"{url}/whip/{sid}") as r:
+                assert r.status == 503
+            assert refused.labels("owner_failed")._value.get() == 1
+            async with http.delete(f"{url}/whip/{sid}") as r:
+                assert r.status == 503
+            assert refused.labels("owner_failing")._value.get() == 1
+            assert server.metrics.session_requests_forwarded.labels("DELETE")._value.get() == 0
+
+    try:
+        run(go(), timeout_s=15)
+    finally:
+        for sock in (*fillers, full):
+            sock.close()

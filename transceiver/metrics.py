@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from transceiver.migration import FAILURE_REASONS
+from transceiver.offer import OFFER_REFUSAL_REASONS
 from transceiver.routes import REFUSAL_REASONS
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
@@ -187,7 +188,9 @@ class TransceiverMetrics:
             " does not verify (malformed, version, unknown_key, bad_tag, expired, future), names"
             " another cluster, arrived already forwarded (looped), names a transceiver with no"
             " --peer-http address (no_peer), an ended session (no_session), an owner that is"
-            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy).",
+            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy), to"
+            " one owner (owner_busy) or from one client (client_busy), an owner that timed out"
+            " a moment ago (owner_failing).",
             ["reason"],
             registry=r,
         )
@@ -225,8 +228,9 @@ class TransceiverMetrics:
             "rtcedge_transceiver_migrations_failed",
             "Moves that failed, by reason: a resume offer refused here (the token's malformed,"
             " version, unknown_key, bad_tag, expired, future; cluster, self, no_peer; the"
-            " owner's no_session, replayed; owner_gone, owner_failed, busy), or, at the owner,"
-            " an offer never claimed (unclaimed) or a claimed call never hung up (not_switched).",
+            " owner's no_session, replayed; owner_gone, owner_failed, busy, owner_failing), or,"
+            " at the owner, an offer never claimed (unclaimed) or a claimed call never hung up"
+            " (not_switched).",
             ["reason"],
             registry=r,
         )
@@ -238,6 +242,16 @@ class TransceiverMetrics:
             ["method", "status"],
             registry=r,
         )
+        self.offers_refused = Counter(
+            "rtcedge_transceiver_offers_refused",
+            "WHIP offers refused before any WebRTC state is made, by reason: over --max-sdp-bytes"
+            " (too_large, 413), not UTF-8, over a limit of transceiver.offer.OfferLimits"
+            " (m_lines, rtpmap_lines, fmtp_lines, section_lines, lines), or invalid (400).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in OFFER_REFUSAL_REASONS:
+            self.offers_refused.labels(reason)
 
         self.tallies = {
             name: Tally(counter.labels(direction))

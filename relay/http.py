@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -146,6 +147,13 @@ def make_http_server(
             finally:
                 assert isinstance(request, socket.socket)
                 connections.forget(request)
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            """A connection's own failure (reset, broken pipe: e.g. one shut down at its
+            deadline) is the client's business, not a traceback on stderr per connection."""
+            if isinstance(sys.exc_info()[1], OSError):
+                return
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
         def service_actions(self) -> None:
             """Every poll (0.5 s) and accept: shut down the connections past their header

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.peers import RelayProcess, free_port
-from tests.support.slowloris import close_all, first_reply, open_slow, wait_all_closed
+from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
 
 HEADER_TIMEOUT_S = 2.0
 CAP = 6

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.peers import RelayProcess, TransceiverProcess
-from tests.support.slowloris import close_all, first_reply, open_slow, wait_all_closed
+from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
 from tests.support.waits import run
 from tests.support.whip import make_offer, post
 

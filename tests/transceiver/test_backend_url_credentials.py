@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 from bench.peers import RelayProcess, TransceiverProcess
-from common.options import url_credential
 from rtcedge.cli import main as rtcedge_main
 from transceiver.cli import main as transceiver_main
 
@@ -41,13 +40,6 @@ def test_rtcedge_up_refuses_it_too(url, what):
     result = CliRunner().invoke(rtcedge_main, args)
     assert result.exit_code == 2, result.output
     assert "--backend-url" in result.output and "RTCEDGE_BACKEND_URL" in result.output
-
-
-@pytest.mark.parametrize(
-    "url", ["ws://inference:8765/call", "wss://inference/call?model=gpt&voice=alloy", "unix:///s"]
-)
-def test_urls_without_a_credential_are_not_suspected(url):
-    assert url_credential(url) is None
 
 
 def test_a_real_transceiver_refuses_it_in_argv_and_starts_with_it_from_the_environment():

@@ -30,13 +30,13 @@ from relay.flows import FlowLimits
 from relay.tcpconns import TcpLimits
 
 _defaults = FlowLimits()
+_tcp_defaults = TcpLimits()
 # URL options that may hold a credential: such a URL is taken from the environment only.
 CREDENTIAL_URL_OPTIONS = {"redis_url": "--redis-url"}
 REDIS_PASSWORD_INSTEAD = {
     "redis_url": ", or keep the password out of the URL: RTCEDGE_REDIS_PASSWORD or "
     "--redis-password-file"
 }
-_tcp_defaults = TcpLimits()
 
 EXAMPLES = """
 \b

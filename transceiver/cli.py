@@ -316,8 +316,8 @@ def main() -> None:
     type=int,
     default=MAX_CONNECTIONS,
     show_default=True,
-    help="Connections --http holds open at once, and --metrics apart; beyond, a newcomer gets "
-    "503 and is closed at once.",
+    help="Connections each of --http and --metrics holds open at once; beyond, a newcomer "
+    "gets 503 and is closed at once.",
 )
 @env_option(
     "--relay-network",

@@ -87,6 +87,7 @@ class GuardedListener:
         self.name = name
         self._closed = {reason: closed.labels(name, reason) for reason in CLOSE_REASONS}
         self._open_now = open_now.labels(name)
+        # Filled at accept with the admitted connections only: bounded by the guard's cap.
         self._by_transport: dict[asyncio.BaseTransport, _GuardedProtocol] = {}
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None

@@ -124,11 +124,6 @@ class GuardedListener:
         )
         self._sweeper = self._loop.create_task(self._sweep())
 
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
     def admit(self, conn: _GuardedProtocol, transport: asyncio.BaseTransport) -> bool:
         assert self._loop is not None
         if not self.guard.admit(conn, self._loop.time()):

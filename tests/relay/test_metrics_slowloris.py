@@ -7,9 +7,12 @@ relay's own metric; closing asserted within 10x the timeout (the machine is shar
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from bench.peers import RelayProcess, free_port
 from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
+from common.hint import Keyring
+from relay.cli import main as relay_main
 from tests.support.waits import wait_for
 
 HEADER_TIMEOUT_S = 3.0
@@ -58,3 +61,15 @@ def test_beyond_the_cap_newcomers_are_refused_at_once(relay):
     assert relay.http("/readyz")[0] == 200
     # The scrape itself (the probe before it may take a moment to be forgotten).
     assert wait_for(lambda: relay.metric("rtcedge_relay_http_connections"), 1)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--metrics-header-timeout", "-1"), ("--metrics-max-connections", "0")]
+)
+def test_a_bad_value_fails_at_start_naming_its_option(option, value):
+    result = CliRunner().invoke(
+        relay_main,
+        ["serve", "--transceiver", "0=127.0.0.1:5000", option, value],
+        env={"RTCEDGE_KEYRING_JSON": Keyring.generate(1).to_json()},
+    )
+    assert result.exit_code == 2 and f"{option}: must be" in result.output, result.output

@@ -12,11 +12,14 @@ import socket
 import time
 
 import pytest
+from click.testing import CliRunner
 
 from bench.peers import RelayProcess, TransceiverProcess
 from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
+from common.hint import Keyring
 from tests.support.waits import run, wait_for
 from tests.support.whip import make_offer, post
+from transceiver.cli import main as transceiver_main
 
 HEADER_TIMEOUT_S = 3.0
 CAP = 12
@@ -120,3 +123,15 @@ def test_a_request_past_its_headers_is_not_cut_by_the_header_timeout(trx):
         assert first_reply(sock, timeout_s=10).startswith(b"HTTP/1.1 201")
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--http-header-timeout", "0"), ("--http-max-connections", "0")]
+)
+def test_a_bad_value_fails_at_start_naming_its_option(option, value):
+    result = CliRunner().invoke(
+        transceiver_main,
+        ["serve", "--id", "0", "--advertise", "127.0.0.1:3478", option, value],
+        env={"RTCEDGE_KEYRING_JSON": Keyring.generate(1).to_json()},
+    )
+    assert result.exit_code == 2 and f"{option}: must be" in result.output, result.output

@@ -127,6 +127,9 @@ class RelayProcess:
     # Local mode: loopback clients are allowed past the relay's built-in denied ranges.
     allow_networks: tuple[str, ...] = LOOPBACK_NETWORKS
     extra_args: list[str] = field(default_factory=list)
+    # RTCEDGE_* variables for the child: values that may hold a credential (a Redis URL with a
+    # password) go here, never into extra_args, whose command line every local user reads.
+    extra_env: dict[str, str] = field(default_factory=dict)
     pin: bool = True
     quiet: bool = True  # capture stderr (tests); False lets the child log to ours
     # SIGTERM to the relay when the thread that started it exits, however (``rtcedge up``):
@@ -207,7 +210,7 @@ class RelayProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
         if not self.keyring_path:
             env["RTCEDGE_KEYRING_JSON"] = self.keyring.to_json()
-        return env
+        return env | self.extra_env
 
     def start(self, timeout_s: float = 10.0) -> RelayProcess:
         env = self.environment()
@@ -350,6 +353,7 @@ class TransceiverProcess:
     tid: int = 0
     host: str = "127.0.0.1"
     extra_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)  # as RelayProcess.extra_env
     quiet: bool = True
     advertise: tuple[str, int] | None = None  # default: the relay's public address
     advertise_tcp: tuple[str, int] | None = None  # default: the relay's TCP address, if any
@@ -390,6 +394,7 @@ class TransceiverProcess:
     def start(self, timeout_s: float = 15.0) -> TransceiverProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RTCEDGE_")}
         env["RTCEDGE_KEYRING_JSON"] = self.relay.keyring.to_json()
+        env |= self.extra_env
         self.proc = _popen(self.command(), env, self.quiet, self.die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

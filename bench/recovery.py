@@ -94,7 +94,7 @@ class CallPath:
             workers=old.workers,
             keyring=old.keyring,
             cluster=old.cluster,
-            extra_args=["--redis-url", self.redis_url] if self.redis_url else [],
+            extra_env={"RTCEDGE_REDIS_URL": self.redis_url} if self.redis_url else {},
         )
         if same_port:
             new.port = old.port
@@ -190,7 +190,9 @@ async def run_scenario(
     Returns the gaps and the transceiver's ended-session counts by reason."""
     if scenario == "scale-down":
         return await run_scale_down(trials, stock_jitter_buffer, progress)
-    relay = RelayProcess({}, workers=2, extra_args=["--redis-url", redis_url] if redis_url else [])
+    relay = RelayProcess(
+        {}, workers=2, extra_env={"RTCEDGE_REDIS_URL": redis_url} if redis_url else {}
+    )
     # ``path``: a proxy in front plays the load balancer that steers the caller's packets to
     # another node's relay.
     proxy = NatProxy(relay.address) if scenario == "path" else None

@@ -8,14 +8,17 @@ from typing import Any
 import click
 
 from common.config import ConfigError, load_keyring, parse_host_port, parse_transceiver
+from common.listener import HEADER_TIMEOUT_S, ListenerLimits
 from common.options import (
     env_option,
     log_level_option,
     refuse_secrets_on_command_line,
+    refuse_url_credentials_on_command_line,
     setup_logging,
 )
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
+    METRICS_MAX_CONNECTIONS,
     RelayConfig,
     parse_id_range,
     parse_networks,
@@ -28,6 +31,12 @@ from relay.tcpconns import TcpLimits
 
 _defaults = FlowLimits()
 _tcp_defaults = TcpLimits()
+# URL options that may hold a credential: such a URL is taken from the environment only.
+CREDENTIAL_URL_OPTIONS = {"redis_url": "--redis-url"}
+REDIS_PASSWORD_INSTEAD = {
+    "redis_url": ", or keep the password out of the URL: RTCEDGE_REDIS_PASSWORD or "
+    "--redis-password-file"
+}
 
 EXAMPLES = """
 \b
@@ -242,6 +251,24 @@ def main() -> None:
     help="HOST:PORT for /metrics, /healthz and /readyz, or 'off'.",
 )
 @env_option(
+    "--metrics-header-timeout",
+    env="METRICS_HEADER_TIMEOUT",
+    type=float,
+    default=HEADER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a connection to --metrics has to send its request's headers; then it is "
+    "closed (slowloris).",
+)
+@env_option(
+    "--metrics-max-connections",
+    env="METRICS_MAX_CONNECTIONS",
+    type=int,
+    default=METRICS_MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections --metrics holds open at once (each a thread); beyond, a newcomer gets "
+    "503 and is closed at once.",
+)
+@env_option(
     "--batch",
     env="BATCH",
     type=int,
@@ -261,7 +288,9 @@ def main() -> None:
     "--redis-url",
     env="REDIS_URL",
     default=None,
-    help="Optional Redis for faster recovery after a relay restart, e.g. redis://redis:6379/0.",
+    help="Optional Redis for faster recovery after a relay restart, e.g. redis://redis:6379/0. "
+    "A URL holding a credential (a user, a password) only by the environment; the password "
+    "is better in RTCEDGE_REDIS_PASSWORD or --redis-password-file.",
 )
 @env_option(
     "--redis-password-file",
@@ -436,7 +465,9 @@ def main() -> None:
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
     setup_logging(str(opts["log_level"]))
-    refuse_secrets_on_command_line(click.get_current_context(), {"keyring_json": "--keyring-json"})
+    ctx = click.get_current_context()
+    refuse_secrets_on_command_line(ctx, {"keyring_json": "--keyring-json"})
+    refuse_url_credentials_on_command_line(ctx, CREDENTIAL_URL_OPTIONS, REDIS_PASSWORD_INSTEAD)
     try:
         if opts["keyring"] and not opts["keyring_json"]:
             # A missing or unreadable keyring file is named before the routing options (a
@@ -499,6 +530,10 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         ),
         max_hint_age_s=int(opts["max_hint_age"]),
         metrics=None if metrics == "off" else parse_host_port("--metrics", metrics),
+        metrics_limits=ListenerLimits(
+            float(opts.get("metrics_header_timeout", HEADER_TIMEOUT_S)),
+            int(opts.get("metrics_max_connections", METRICS_MAX_CONNECTIONS)),
+        ),
         batch_size=int(opts["batch"]),
         socket_buffer_bytes=int(opts["socket_buffer"]),
         redis_url=opts["redis_url"],

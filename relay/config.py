@@ -12,11 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common.config import ConfigError, address_family, check_id_template, parse_host_port
+from common.listener import ListenerLimits
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, Network
 from relay.flowcache import RedisAuth
 from relay.flows import FlowLimits
 from relay.framing import MAX_RFC4571_FRAME
 from relay.tcpconns import TcpLimits
+
+# Open connections to the relay's --metrics listener: probes and a scraper or two need a handful,
+# and each connection is a thread of the supervisor while it lasts.
+METRICS_MAX_CONNECTIONS = 128
 
 
 def parse_route(option: str, text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
@@ -103,6 +108,11 @@ class RelayConfig:
     limits: FlowLimits = field(default_factory=FlowLimits)
     max_hint_age_s: int = 4 * 3600
     metrics: tuple[str, int] | None = ("127.0.0.1", 9478)
+    # The --metrics listener's connection cap (each connection is a thread of the supervisor)
+    # and header timeout (common.listener).
+    metrics_limits: ListenerLimits = field(
+        default_factory=lambda: ListenerLimits(max_connections=METRICS_MAX_CONNECTIONS)
+    )
     batch_size: int = 256
     socket_buffer_bytes: int = 4 << 20
     restart_backoff_max_s: float = 5.0
@@ -184,6 +194,7 @@ class RelayConfig:
                 f"must be at least twice --dns-interval ({self.dns_interval_s:g} s): one failed"
                 " lookup must not remove a transceiver and drop its calls",
             )
+        self.metrics_limits.validate("--metrics-header-timeout", "--metrics-max-connections")
         if not 1 <= self.batch_size <= 256:
             raise ConfigError("--batch", f"must be 1..256, got {self.batch_size}")
         lim = self.limits

@@ -281,6 +281,7 @@ class Supervisor:
                     self.state,
                     counted_peers(config),
                     tcp=config.listen_tcp is not None,
+                    limits=config.metrics_limits,
                 )
             except OSError as exc:
                 raise ConfigError(

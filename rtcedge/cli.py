@@ -16,6 +16,7 @@ import click
 
 from common.config import ConfigError
 from common.hint import Keyring, KeyringError
+from common.options import refuse_url_credentials_on_command_line
 
 
 @click.group()
@@ -101,7 +102,14 @@ def from_checkout(command: str) -> Iterator[None]:
     help="What answers the caller: echo plays their audio back; websocket streams it to "
     "--backend-url.",
 )
-@click.option("--backend-url", default=None, help="ws:// URL for --backend websocket.")
+@click.option(
+    "--backend-url",
+    envvar="RTCEDGE_BACKEND_URL",
+    show_envvar=True,
+    default=None,
+    help="ws:// URL for --backend websocket; one holding a credential only by the environment "
+    "(passed on to the transceiver by its environment too).",
+)
 @click.option(
     "--token-secret-file",
     default=None,
@@ -119,6 +127,10 @@ def up(
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
     from rtcedge.checks import check_up_options
+
+    refuse_url_credentials_on_command_line(
+        click.get_current_context(), {"backend_url": "--backend-url"}
+    )
 
     try:
         addresses = check_up_options(

@@ -57,14 +57,15 @@ def run_local(
         relay.tcp_port = addresses.relay_tcp[1]
     # Only the relay's internal sockets may send encapsulated datagrams.
     extra = ["--backend", backend, "--drain-grace", "2", "--relay-network", relay.host]
-    if backend_url:
-        extra += ["--backend-url", backend_url]
+    # By the environment: the URL may hold a credential, and a command line is world-readable.
+    env = {"RTCEDGE_BACKEND_URL": backend_url} if backend_url else {}
     if token_secret_file:
         extra += ["--token-secret-file", token_secret_file]
     trx = TransceiverProcess(
         relay,
         host=http_host,
         extra_args=extra,
+        extra_env=env,
         quiet=False,
         advertise=(addresses.advertised, relay_port),
         advertise_tcp=(addresses.advertised, relay.tcp_port) if relay.tcp else None,

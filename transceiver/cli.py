@@ -14,15 +14,18 @@ import click
 from aiohttp import web
 
 from common.config import ConfigError, parse_host_port, parse_transceiver
+from common.listener import HEADER_TIMEOUT_S, MAX_CONNECTIONS, ListenerLimits
 from common.options import (
     ENV_PREFIX,
     env_option,
     log_level_option,
     refuse_secrets_on_command_line,
+    refuse_url_credentials_on_command_line,
     setup_logging,
 )
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
+from transceiver.listener import GuardedListener
 from transceiver.load import LoadLimits
 from transceiver.peerbudget import PeerLimits
 from transceiver.regions import parse_region, parse_region_prefix
@@ -33,6 +36,9 @@ log = logging.getLogger("rtcedge.transceiver")
 # Options that carry a secret: accepted from the environment (or a file), never from the command
 # line, where every local user reads them (ps, /proc/<pid>/cmdline).
 SECRET_OPTIONS = {"keyring_json": "--keyring-json", "auth_token": "--auth-token"}
+# URL options that may hold a credential (a user, a password, a token parameter): such a URL is
+# taken from the environment only.
+CREDENTIAL_URL_OPTIONS = {"backend_url": "--backend-url"}
 NO_RELAY_NETWORK_WARNING = (
     "--relay-network is not set: ANY host that can send UDP to the media port %s:%d can "
     "speak for any client (encapsulated datagrams name the client they carry) and move a "
@@ -124,7 +130,11 @@ def main() -> None:
     help="Where callers' audio and events go.",
 )
 @env_option(
-    "--backend-url", env="BACKEND_URL", default=None, help="ws:// URL for --backend websocket."
+    "--backend-url",
+    env="BACKEND_URL",
+    default=None,
+    help="ws:// or wss:// URL for --backend websocket; one holding a credential (a user, a "
+    "password, token=...) only by the environment.",
 )
 @env_option(
     "--audio-format",
@@ -302,6 +312,24 @@ def main() -> None:
     "Browsers' offers are 3-8 KiB; the offer's lines are bounded too (docs/transceiver.md).",
 )
 @env_option(
+    "--http-header-timeout",
+    env="HTTP_HEADER_TIMEOUT",
+    type=float,
+    default=HEADER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a connection to --http or --metrics has to send a request's headers, from "
+    "its accept or its previous response; then it is closed (slowloris; idle keep-alive).",
+)
+@env_option(
+    "--http-max-connections",
+    env="HTTP_MAX_CONNECTIONS",
+    type=int,
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections each of --http and --metrics holds open at once; beyond, a newcomer "
+    "gets 503 and is closed at once.",
+)
+@env_option(
     "--relay-network",
     "relay_networks",
     env="RELAY_NETWORKS",
@@ -438,6 +466,7 @@ def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
     setup_logging(str(opts["log_level"]))
     refuse_secrets_on_command_line(click.get_current_context(), SECRET_OPTIONS)
+    refuse_url_credentials_on_command_line(click.get_current_context(), CREDENTIAL_URL_OPTIONS)
     try:
         config = build_config(opts)
     except ConfigError as exc:
@@ -499,6 +528,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         cors_origin=opts["cors_origin"],
         body_timeout_s=opts["body_timeout"],
         max_sdp_bytes=opts["max_sdp_bytes"],
+        http_limits=ListenerLimits(opts["http_header_timeout"], opts["http_max_connections"]),
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
         address_ttl_s=opts["address_ttl"],
         regions=tuple(parse_region(r) for spec in opts["regions"] for r in spec.split()),
@@ -529,20 +559,27 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
 
     server = TransceiverServer(config)
     await server.start()
-    runners = []
-    listeners = [("--http", config.http, make_app(server))]
+    listeners: list[GuardedListener] = []
+    apps = [("--http", config.http, make_app(server))]
     if config.metrics is not None:
-        listeners.append(("--metrics", config.metrics, make_metrics_app(server)))
-    for option, (host, port), app in listeners:
+        apps.append(("--metrics", config.metrics, make_metrics_app(server)))
+    for option, (host, port), app in apps:
         runner = web.AppRunner(app, access_log=None)
+        listener = GuardedListener(
+            runner,
+            config.http_limits,
+            option.removeprefix("--"),
+            server.metrics.http_connections_closed,
+            server.metrics.http_connections,
+        )
+        app.middlewares.insert(0, listener.middleware())  # before the app freezes (setup)
         await runner.setup()
-        runners.append(runner)
+        listeners.append(listener)
         try:
-            await web.TCPSite(runner, host, port).start()
+            await listener.start(host, port)
         except OSError as exc:
             await server.close()
-            for started in runners:
-                await started.cleanup()
+            await stop_listening(listeners)
             raise ConfigError(option, f"cannot listen on {(host, port)}: {exc.strerror}") from None
     # Everything made so far (modules, the server, its warmed-up codecs) lives as long as the
     # process: out of the cyclic collector's sight, a full collection walks only the calls'
@@ -569,8 +606,15 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
         ready.set()
     await stop.wait()
     await server.drain()
-    for runner in runners:
-        await runner.cleanup()
+    await stop_listening(listeners)
+
+
+async def stop_listening(listeners: list[GuardedListener]) -> None:
+    """Stop accepting on every listener, then end their connections and apps."""
+    for listener in listeners:
+        listener.close()
+    for listener in listeners:
+        await listener.runner.cleanup()
 
 
 @main.command()

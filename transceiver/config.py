@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from common.config import ConfigError, address_family, check_id_template
 from common.hint import Keyring
+from common.listener import ListenerLimits
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.load import LoadLimits
 from transceiver.peerbudget import PeerLimits
@@ -30,7 +31,7 @@ class TransceiverConfig:
     keyring_path: str | None = None
     keyring_json: str | None = None
     backend: str = "echo"
-    backend_url: str | None = None
+    backend_url: str | None = field(default=None, repr=False)  # may hold a credential
     audio_format: str = "pcm16"  # the echo backend's; a websocket backend picks per session
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
@@ -54,6 +55,8 @@ class TransceiverConfig:
     # A WHIP offer's body, and any request body: browsers' offers are 3-8 KiB (transceiver.offer).
     max_sdp_bytes: int = 16 * 1024
     body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
+    # Both HTTP listeners' (--http, --metrics) connection cap and header timeout, each its own.
+    http_limits: ListenerLimits = field(default_factory=ListenerLimits)
     cors_origin: str = "*"
     relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
     address_ttl_s: float = 30.0  # a client address the session left, once silent this long, ends
@@ -138,6 +141,7 @@ class TransceiverConfig:
                     raise ConfigError(option, f"not a network: {cidr!r}") from None
         if not self.client_address_header.strip():
             raise ConfigError("--client-address-header", "must name a header")
+        self.http_limits.validate("--http-header-timeout", "--http-max-connections")
         if self.metrics is not None:
             address_family("--metrics", self.metrics[0])
             if self.metrics == self.http and self.http[1] != 0:

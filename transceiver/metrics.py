@@ -69,6 +69,20 @@ class TransceiverMetrics:
             " after a NAT rebinding or during ICE).",
             registry=r,
         )
+        self.http_connections_closed = Counter(
+            "rtcedge_transceiver_http_connections_closed",
+            "HTTP connections a listener closed itself, by listener (http, metrics) and reason:"
+            " max_connections (refused at accept: --http-max-connections open), header_timeout"
+            " (no request headers within --http-header-timeout).",
+            ["listener", "reason"],
+            registry=r,
+        )
+        self.http_connections = Gauge(
+            "rtcedge_transceiver_http_connections",
+            "HTTP connections open now, by listener (http, metrics).",
+            ["listener"],
+            registry=r,
+        )
         self.sessions_started = Counter(
             "rtcedge_transceiver_sessions_started",
             "Sessions created by an accepted offer.",

@@ -35,6 +35,7 @@ log = logging.getLogger("rtcedge.transceiver")
 
 PASSED_REQUEST_HEADERS = ("Authorization", "Content-Type", "If-Match")
 PASSED_ANSWER_HEADERS = ("Content-Type", "Allow", "WWW-Authenticate", "Retry-After", "ETag")
+POOL_IDLE_S = 2.0  # an idle connection to a peer is kept this long (aiohttp's default: 15 s)
 MAX_ANSWER_BYTES = 4096  # our own answers to DELETE/PATCH are one line of text
 MAX_CLAIM_BYTES = 16 * 1024  # a claim's answer: the call id and the call's small metadata
 # The owner's answer to a claim, by status: what the move's failure is called.
@@ -63,7 +64,12 @@ class PeerForwarder:
             # ``connect``: the name's lookup and the TCP handshake (no wait for the pool: it
             # holds as many connections as there are slots).
             timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s),
-            connector=aiohttp.TCPConnector(limit=limits.max_forwards + limits.max_claims),
+            # Idle pooled connections are let go after POOL_IDLE_S, well before a peer's
+            # listener closes them (its header timeout, 10 s by default, also runs between
+            # requests): a request is never written onto a connection the peer is closing.
+            connector=aiohttp.TCPConnector(
+                limit=limits.max_forwards + limits.max_claims, keepalive_timeout=POOL_IDLE_S
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )

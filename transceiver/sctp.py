@@ -14,8 +14,8 @@ a ``BoundedSctpTransport`` (its class is swapped by ``install`` after the offer 
   ``receive_window_bytes`` held) it is dropped unread and not acknowledged (RFC 9260 6.2: the
   sender retransmits it once the window opens) unless it is the next TSN, which always fits so
   the association cannot stall. A sender that honours the window never reaches the caps that end
-  the session (``data_channel_limit``): reassembly over the window, over ``2 x
-  max_misordered_tsns`` chunks, a message over ``MAX_MESSAGE_BYTES`` (what the answer's
+  the session (``data_channel_limit``): reassembly over the window, over
+  ``max_misordered_tsns + 64`` chunks, a message over ``MAX_MESSAGE_BYTES`` (what the answer's
   ``a=max-message-size`` says), or, while a gap stays open, more than a window's bytes sent
   beyond the window.
 - ``TsnGaps``: the TSNs received past the cumulative TSN, a list kept sorted by insertion
@@ -128,9 +128,10 @@ class SctpLimits:
 
     @property
     def max_held_chunks(self) -> int:
-        """Chunks in reassembly at most: a window's misordered TSNs and as many more for
-        messages in fragments (a browser's fragments are ~1.2 KB: a 16 KiB message is 14)."""
-        return 2 * self.max_misordered_tsns
+        """Chunks in reassembly at most: the TSNs past a gap, and 64 more for messages whose
+        first fragments came in order (a browser's fragments are ~1.2 KB: a 16 KiB message is
+        14). aiortc rescans a stream's reassembly per chunk, so this bounds that scan too."""
+        return self.max_misordered_tsns + 64
 
 
 def check_aiortc() -> None:

@@ -128,9 +128,9 @@ def test_a_sender_ignoring_the_window_is_over_the_cap():
 
 def test_reassembly_over_the_window_or_too_many_chunks_is_over_the_cap():
     window = InboundWindow(SctpLimits(receive_window_bytes=64 * 1024, max_misordered_tsns=256))
-    assert window.over(64 * 1024, 512) is None
+    assert window.over(64 * 1024, 320) is None
     assert window.over(64 * 1024 + 1, 1) == OVER_REASSEMBLY_BYTES
-    assert window.over(10, 513) == OVER_REASSEMBLY_CHUNKS
+    assert window.over(10, 321) == OVER_REASSEMBLY_CHUNKS
 
 
 def test_the_backlog_drops_its_oldest_beyond_the_cap():

@@ -46,6 +46,7 @@ the instance; an aiortc that moved them fails loudly):
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections import deque
@@ -53,7 +54,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiortc import rtcsctptransport as aiortc_sctp
 from aiortc.rtcsctptransport import (
     WEBRTC_DCEP,
     InboundStream,
@@ -135,12 +135,19 @@ class SctpLimits:
 
 
 def check_aiortc() -> None:
-    """Fail at start, naming what is missing, on an aiortc without the internals used here."""
+    """Fail at start, naming what is missing, on an aiortc without the internals used here:
+    the methods replaced or called, ``InboundStream``'s, and the attributes a new transport
+    sets (read from a throwaway one)."""
     missing = [m for m in METHODS if not callable(getattr(RTCSctpTransport, m, None))]
-    missing += [f"InboundStream.{a}" for a in ("add_chunk", "pop_messages", "prune_chunks")]
-    missing = [m for m in missing if not _has(m)]
-    if not hasattr(aiortc_sctp, "USERDATA_MAX_LENGTH"):
-        missing.append("USERDATA_MAX_LENGTH")
+    missing += [
+        f"InboundStream.{m}"
+        for m in ("add_chunk", "pop_messages", "prune_chunks")
+        if not callable(getattr(InboundStream, m, None))
+    ]
+    if not missing:
+        missing += [a for a in ATTRIBUTES if not hasattr(_probe(), a)]
+        stream = InboundStream()
+        missing += [f"InboundStream.{a}" for a in STREAM_ATTRIBUTES if not hasattr(stream, a)]
     if missing:
         raise RuntimeError(
             f"aiortc's SCTP has no {', '.join(missing)} where transceiver.sctp expects it; "
@@ -148,10 +155,28 @@ def check_aiortc() -> None:
         )
 
 
-def _has(name: str) -> bool:
-    if name.startswith("InboundStream."):
-        return callable(getattr(InboundStream, name.split(".", 1)[1], None))
-    return callable(getattr(RTCSctpTransport, name, None))
+def _probe() -> RTCSctpTransport:
+    """A throwaway transport; its ``__init__`` takes the running event loop, so outside one it
+    is made inside a loop of its own."""
+
+    async def make() -> RTCSctpTransport:
+        return RTCSctpTransport(_ProbeDtls())  # type: ignore[arg-type]
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(make())
+        finally:
+            loop.close()
+    return RTCSctpTransport(_ProbeDtls())  # type: ignore[arg-type]
+
+
+class _ProbeDtls:
+    """Enough of a DTLS transport for ``RTCSctpTransport.__init__`` (it reads ``state``)."""
+
+    state = "new"
 
 
 # -- pure parts -----------------------------------------------------------------------------------

@@ -297,3 +297,9 @@ def test_a_sack_of_made_up_gap_blocks_is_reduced_to_nothing():
         return sack.gaps
 
     assert run(go()) == []
+
+
+def test_an_aiortc_without_what_is_used_fails_at_start(monkeypatch):
+    monkeypatch.delattr(RTCSctpTransport, "_send_sack")
+    with pytest.raises(RuntimeError, match="_send_sack"):
+        sctp.check_aiortc()

@@ -37,8 +37,7 @@ the instance; an aiortc that moved them fails loudly):
 - its attributes: ``_last_received_tsn``, ``_sack_duplicates``, ``_sack_misordered`` (left empty),
   ``_sack_needed``, ``_advertised_rwnd``, ``_inbound_streams``, ``_inbound_streams_max``,
   ``_inbound_streams_count``, ``_sent_queue`` (its chunks' ``tsn``, ``_book_size``,
-  ``protocol``), ``_last_sacked_tsn``, ``_local_tsn``, ``_remote_max_message_size``,
-  ``_association_state``;
+  ``protocol``), ``_last_sacked_tsn``, ``_local_tsn``, ``_remote_max_message_size``;
 - ``InboundStream`` (``reassembly``, ``sequence_number``, ``add_chunk``, ``pop_messages``,
   ``prune_chunks``), ``SackChunk``, ``RTCSctpCapabilities``, ``WEBRTC_DCEP`` and the uint16/uint32
   helpers of ``aiortc.utils``.
@@ -113,7 +112,6 @@ ATTRIBUTES = (
     "_last_sacked_tsn",
     "_local_tsn",
     "_remote_max_message_size",
-    "_association_state",
 )
 STREAM_ATTRIBUTES = ("reassembly", "sequence_number", "add_chunk", "pop_messages", "prune_chunks")
 

@@ -179,12 +179,13 @@ class _ProbeDtls:
 
 # -- pure parts -----------------------------------------------------------------------------------
 class TsnGaps:
-    """TSNs received past the cumulative TSN, sorted (at most ``max_tsns``, by the window).
+    """TSNs received past the cumulative TSN, sorted. Filled by a caller's DATA chunks; at most
+    ``SctpLimits.max_misordered_tsns`` (256), as ``InboundWindow`` drops any TSN farther.
 
     Sans-I/O: the cumulative TSN is passed in and the new one returned, so aiortc's
     ``_last_received_tsn`` stays the one truth (its INIT handling sets it). All the TSNs held are
-    within ``max_tsns`` after the cumulative one, so ordering them by distance from any TSN at or
-    before it is their serial-number order (RFC 1982) even across the 2^32 wrap.
+    that close after the cumulative one, so ordering them by distance from it is their
+    serial-number order (RFC 1982) even across the 2^32 wrap.
     """
 
     def __init__(self) -> None:

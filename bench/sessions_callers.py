@@ -85,7 +85,8 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     ``EchoCounter`` (``transceiver.inbound.direct_rtp``), not through aiortc's queue and DTLS
     receive task; RTCP and DTLS still take aiortc's way. None if the call has no audio
     receiver made light (``_no_decoder_thread``)."""
-    from transceiver.inbound import InlineAudioReceiver, direct_rtp
+    from transceiver.inbound import InlineAudioReceiver, direct_rtp, latch_srtp
+    from transceiver.ssrc import SsrcLatch
 
     for transceiver in pc.getTransceivers():
         receiver = transceiver.receiver
@@ -96,7 +97,10 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     inbound = _EchoInbound(echo)
     receiver._inbound = inbound  # type: ignore[assignment]
     dtls = receiver.transport
-    sink = direct_rtp(receiver, dtls)
+    srtp = latch_srtp(dtls, SsrcLatch(), lambda: None)  # the transceiver's one SSRC
+    if srtp is None:
+        return None
+    sink = direct_rtp(receiver, srtp)
     connection = dtls.transport._connection
     aioice_data_received = connection.data_received
 

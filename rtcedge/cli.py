@@ -140,7 +140,7 @@ class Benchmarks(click.Group):
     """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return ["connect", "geo", "plot", "recovery", "relay", "sessions", "tcp"]
+        return ["connect", "geo", "plot", "recovery", "relay", "sessions", "ssrc", "tcp"]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         with from_checkout(f"rtcedge bench {cmd_name}"):
@@ -168,6 +168,10 @@ class Benchmarks(click.Group):
                 from bench.recovery import recovery_bench
 
                 return recovery_bench
+            if cmd_name == "ssrc":
+                from bench.ssrc_flood import ssrc_bench
+
+                return ssrc_bench
             if cmd_name == "plot":
                 from bench.plots.cli import plot_command
 

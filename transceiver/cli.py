@@ -24,6 +24,7 @@ from common.options import (
 from transceiver.config import TransceiverConfig
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
 from transceiver.load import LoadLimits
+from transceiver.peerbudget import PeerLimits
 from transceiver.regions import parse_region, parse_region_prefix
 from transceiver.sctp import SctpLimits
 from transceiver.tokens import mint, parse_secrets, read_secrets_file
@@ -293,6 +294,15 @@ def main() -> None:
     help="Seconds a client has to send its whole offer (slow clients get 408).",
 )
 @env_option(
+    "--max-sdp-bytes",
+    env="MAX_SDP_BYTES",
+    type=int,
+    default=16 * 1024,
+    show_default=True,
+    help="Bytes a WHIP offer (any request body) may have; larger: 413 before it is read. "
+    "Browsers' offers are 3-8 KiB; the offer's lines are bounded too (docs/transceiver.md).",
+)
+@env_option(
     "--relay-network",
     "relay_networks",
     env="RELAY_NETWORKS",
@@ -367,7 +377,52 @@ def main() -> None:
     type=int,
     default=32,
     show_default=True,
-    help="Requests passed on to other transceivers at once; more are answered 503 + Retry-After.",
+    help="DELETE/PATCH requests passed on to other transceivers at once; more are answered "
+    "503 + Retry-After.",
+)
+@env_option(
+    "--peer-max-per-owner",
+    env="PEER_MAX_PER_OWNER",
+    type=int,
+    default=PeerLimits.max_per_owner,
+    show_default=True,
+    help="Of --peer-max-forwards, at most this many to one transceiver: one that hangs holds "
+    "no more.",
+)
+@env_option(
+    "--peer-max-per-client",
+    env="PEER_MAX_PER_CLIENT",
+    type=int,
+    default=PeerLimits.max_per_client,
+    show_default=True,
+    help="Of --peer-max-forwards, at most this many from one client (its address, as for "
+    "--client-rate).",
+)
+@env_option(
+    "--peer-max-claims",
+    env="PEER_MAX_CLAIMS",
+    type=int,
+    default=PeerLimits.max_claims,
+    show_default=True,
+    help="Resume claims (calls moving here) passed on at once, a budget apart from the "
+    "forwards; more are answered 503 + Retry-After.",
+)
+@env_option(
+    "--peer-connect-timeout",
+    env="PEER_CONNECT_TIMEOUT",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds to connect to another transceiver, of --peer-timeout.",
+)
+@env_option(
+    "--peer-fail-fast",
+    env="PEER_FAIL_FAST",
+    type=float,
+    default=PeerLimits.fail_fast_s,
+    show_default=True,
+    help="Seconds a transceiver that timed out is refused at once (503 + Retry-After) instead "
+    "of waited for again. 0: off.",
 )
 @env_option(
     "--migrate-deadline",
@@ -470,6 +525,7 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         metrics=None if metrics == "off" else parse_host_port("--metrics", metrics),
         cors_origin=opts["cors_origin"],
         body_timeout_s=opts["body_timeout"],
+        max_sdp_bytes=opts["max_sdp_bytes"],
         relay_networks=tuple(n for spec in opts["relay_networks"] for n in spec.split()),
         address_ttl_s=opts["address_ttl"],
         regions=tuple(parse_region(r) for spec in opts["regions"] for r in spec.split()),
@@ -484,6 +540,11 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         peer_http_dns=opts["peer_http_dns"],
         peer_timeout_s=opts["peer_timeout"],
         peer_max_forwards=opts["peer_max_forwards"],
+        peer_max_per_owner=opts["peer_max_per_owner"],
+        peer_max_per_client=opts["peer_max_per_client"],
+        peer_max_claims=opts["peer_max_claims"],
+        peer_connect_timeout_s=opts["peer_connect_timeout"],
+        peer_fail_fast_s=opts["peer_fail_fast"],
         migrate_deadline_s=opts["migrate_deadline"],
         sctp_receive_window_bytes=opts["sctp_receive_window"],
         sctp_max_misordered_tsns=opts["sctp_max_misordered_tsns"],

@@ -13,6 +13,7 @@ from common.config import ConfigError, address_family, check_id_template
 from common.hint import Keyring
 from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.load import LoadLimits
+from transceiver.peerbudget import PeerLimits
 from transceiver.regions import Addr, RegionTable
 from transceiver.routes import Peers, SessionRouter
 from transceiver.sctp import MAX_MESSAGE_BYTES, SctpLimits
@@ -51,7 +52,8 @@ class TransceiverConfig:
     trusted_proxies: tuple[str, ...] = ()  # CIDRs whose client-address header is believed
     client_address_header: str = "X-Forwarded-For"
     metrics: tuple[str, int] | None = None  # /metrics listener, never the WHIP port (None: off)
-    max_sdp_bytes: int = 64 * 1024
+    # A WHIP offer's body, and any request body: browsers' offers are 3-8 KiB (transceiver.offer).
+    max_sdp_bytes: int = 16 * 1024
     body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
     cors_origin: str = "*"
     relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
@@ -65,7 +67,14 @@ class TransceiverConfig:
     peer_http: tuple[tuple[int, tuple[str, int]], ...] = ()
     peer_http_dns: str | None = None
     peer_timeout_s: float = 5.0  # a forwarded request's whole exchange with the owner
-    peer_max_forwards: int = 32  # forwards under way at once; more: 503 + Retry-After
+    peer_connect_timeout_s: float = 1.0  # connecting to the owner (within peer_timeout_s)
+    # Forwards under way at once (more: 503 + Retry-After), in all, to one owner, from one
+    # client; resume claims apart; an owner that timed out is failed fast (transceiver.peerbudget).
+    peer_max_forwards: int = PeerLimits.max_forwards
+    peer_max_per_owner: int = PeerLimits.max_per_owner
+    peer_max_per_client: int = PeerLimits.max_per_client
+    peer_max_claims: int = PeerLimits.max_claims
+    peer_fail_fast_s: float = PeerLimits.fail_fast_s
     # On drain, a caller asked to move has this long to claim its resume token; a claimed old
     # call ends this long after the claim at the latest (transceiver.migration).
     migrate_deadline_s: float = 10.0
@@ -171,8 +180,31 @@ class TransceiverConfig:
             check_id_template("--peer-http-dns", self.peer_http_dns)
         if self.peer_timeout_s <= 0:
             raise ConfigError("--peer-timeout", f"must be > 0, got {self.peer_timeout_s}")
-        if self.peer_max_forwards < 1:
-            raise ConfigError("--peer-max-forwards", f"must be >= 1, got {self.peer_max_forwards}")
+        if self.peer_connect_timeout_s <= 0:
+            raise ConfigError(
+                "--peer-connect-timeout", f"must be > 0, got {self.peer_connect_timeout_s}"
+            )
+        for option, value in (
+            ("--peer-max-forwards", self.peer_max_forwards),
+            ("--peer-max-per-owner", self.peer_max_per_owner),
+            ("--peer-max-per-client", self.peer_max_per_client),
+            ("--peer-max-claims", self.peer_max_claims),
+        ):
+            if value < 1:
+                raise ConfigError(option, f"must be >= 1, got {value}")
+        if self.peer_fail_fast_s < 0:
+            raise ConfigError(
+                "--peer-fail-fast", f"must be >= 0 (0: off), got {self.peer_fail_fast_s}"
+            )
+
+    def peer_limits(self) -> PeerLimits:
+        return PeerLimits(
+            max_forwards=self.peer_max_forwards,
+            max_per_owner=self.peer_max_per_owner,
+            max_per_client=self.peer_max_per_client,
+            max_claims=self.peer_max_claims,
+            fail_fast_s=self.peer_fail_fast_s,
+        )
 
     def _validate_sctp(self) -> None:
         # A window smaller than two of the largest messages could stall one of them mid-way.

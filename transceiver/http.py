@@ -76,7 +76,11 @@ RESUME_REFUSALS = {
     "no_peer": (410, "the call to resume is gone"),
     "busy": (503, "the call's transceiver is busy or failed, try again"),
     "owner_failed": (503, "the call's transceiver is busy or failed, try again"),
+    "owner_failing": (503, "the call's transceiver is busy or failed, try again"),
 }
+# A session request refused with 503 + Retry-After (trying again may work), by reason; any
+# other refusal is 404.
+RETRY_REFUSALS = ("busy", "owner_busy", "client_busy", "owner_failing", "owner_failed")
 # What the owner's claim endpoint answers, by ClaimRefused reason (anything else: 400).
 CLAIM_ANSWERS = {"no_session": 404, "replayed": 409, "expired": 410}
 
@@ -147,7 +151,9 @@ def make_app(server: TransceiverServer) -> web.Application:
         RateLimiter(cfg.client_rate_per_s, cfg.client_burst) if cfg.client_rate_per_s else None
     )
     per_client = SessionsPerClient(cfg.client_max_sessions) if cfg.client_max_sessions else None
-    forwarder = PeerForwarder(cfg.transceiver_id, cfg.peer_timeout_s, cfg.peer_max_forwards)
+    forwarder = PeerForwarder(
+        cfg.transceiver_id, cfg.peer_timeout_s, cfg.peer_limits(), cfg.peer_connect_timeout_s
+    )
     app.on_cleanup.append(forwarder.close)
 
     def count(method: str, status: int) -> None:
@@ -175,6 +181,13 @@ def make_app(server: TransceiverServer) -> web.Application:
         headers = {"Retry-After": PEER_RETRY_AFTER_S} if status == 503 else {}
         return fail("POST", status, text, **headers)
 
+    too_large = f"offer larger than {cfg.max_sdp_bytes} bytes"
+
+    def bad_offer(exc: OfferError) -> web.Response:
+        """An offer refused before it is parsed or while it is checked: counted by reason."""
+        server.metrics.offers_refused.labels(exc.label).inc()
+        return fail("POST", exc.status, exc.reason)
+
     def unauthorized(method: str, exc: Unauthorized) -> web.Response:
         log.debug("%s refused (401): %s", method, exc.reason)
         return fail(method, 401, exc.text, **{"WWW-Authenticate": "Bearer"})
@@ -190,7 +203,7 @@ def make_app(server: TransceiverServer) -> web.Application:
                 "POST", 415, f"Content-Type must be application/sdp, not {request.content_type}"
             )
         if request.content_length is not None and request.content_length > cfg.max_sdp_bytes:
-            return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
+            return bad_offer(OfferError(413, too_large, "too_large"))
         resume = request.headers.get(RESUME_HEADER)
         refusal = server.capacity_refusal()
         if refusal is not None:
@@ -245,15 +258,15 @@ def make_app(server: TransceiverServer) -> web.Application:
         try:
             raw = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
-            return fail("POST", 413, f"offer larger than {cfg.max_sdp_bytes} bytes")
+            return bad_offer(OfferError(413, too_large, "too_large"))
         except TimeoutError:
             return fail("POST", 408, "offer not received in time")
         try:
             offer = check_offer(raw.decode("utf-8"))
         except UnicodeDecodeError:
-            return fail("POST", 400, "malformed SDP: not UTF-8")
+            return bad_offer(OfferError(400, "malformed SDP: not UTF-8", "not_utf8"))
         except OfferError as exc:
-            return fail("POST", exc.status, exc.reason)
+            return bad_offer(exc)
         metadata = {"user_agent": request.headers.get("User-Agent", "")[:200]}
         if subject is not None:
             metadata["subject"] = subject
@@ -289,14 +302,15 @@ def make_app(server: TransceiverServer) -> web.Application:
         may work (busy, owner_failed); counted by reason (``transceiver.routes``)."""
         server.metrics.session_requests_refused.labels(reason).inc()
         log.debug("%s of a session refused: %s", method, reason)
-        if reason in ("busy", "owner_failed"):
+        if reason in RETRY_REFUSALS:
             text = "the session's transceiver is busy or failed, try again"
             return fail(method, 503, text, **{"Retry-After": PEER_RETRY_AFTER_S})
         return fail(method, 404, "no such session")
 
-    async def owned(request: web.Request) -> Session | web.Response:
+    async def owned(request: web.Request, subject: str | None = None) -> Session | web.Response:
         """The session a DELETE/PATCH names if this transceiver owns it; else the owner's
-        answer (``transceiver.peerhttp``) or a refusal."""
+        answer (``transceiver.peerhttp``: its budgets count the client by address and
+        ``subject``, as the quotas do) or a refusal."""
         method, resource_id = request.method, request.match_info["session_id"]
         route = server.router.route(resource_id, time.time(), FORWARDED_HEADER in request.headers)
         if isinstance(route, Local):
@@ -312,7 +326,11 @@ def make_app(server: TransceiverServer) -> web.Application:
                 return fail(method, 413, f"body larger than {cfg.max_sdp_bytes} bytes")
             except TimeoutError:
                 return fail(method, 408, "body not received in time")
-        answer = await forwarder.forward(request, route, resource_id, body)
+        address = client_address(
+            request.remote, request.headers.get(cfg.client_address_header), trusted
+        )
+        client = client_key(address, subject)
+        answer = await forwarder.forward(request, route, resource_id, body, client)
         if isinstance(answer, str):
             return refused(method, answer)
         server.metrics.session_requests_forwarded.labels(method).inc()
@@ -320,14 +338,16 @@ def make_app(server: TransceiverServer) -> web.Application:
 
     async def delete_whip(request: web.Request) -> web.Response:
         try:
-            gate.check(request.headers.get("Authorization", ""), time.time(), ending=True)
+            subject = gate.check(request.headers.get("Authorization", ""), time.time(), ending=True)
         except Unauthorized as exc:
             return unauthorized("DELETE", exc)
-        session = await owned(request)
+        session = await owned(request, subject)
         if not isinstance(session, Session):
             return session
+        # Answered once the end has started: the teardown goes on in its task, each step
+        # bounded (``Session._teardown``). Waiting for it held the caller, and a forwarding
+        # peer's slot, as long as the slowest teardown (10 s with a dead RTCP task).
         session.end("deleted")
-        await session.closed.wait()
         count("DELETE", 200)
         return web.Response(status=200, text="session ended\n")
 

@@ -16,8 +16,13 @@ RTCP task as aiortc does them, minus the decoder thread) and ``_handle_rtp_packe
 for RTCP receiver reports as aiortc keeps them, then ``InboundAudio``). Nothing of aiortc
 changes for other receivers. The private attributes used are checked before the swap
 (``PRIVATE``); on an aiortc that moved them ``install`` refuses, as ``transceiver.ice`` does.
-What is left out: RTX (aiortc negotiates none for audio), the RFC 6464 audio level (unused),
-``getSynchronizationSources`` (nobody asks), the ``track`` (it stays, never fed: do not read it).
+Every inbound SRTP and SRTCP packet of a call passes the call's SSRC latch
+(``transceiver.ssrc``) before libsrtp sees it: ``latch_srtp`` puts the call's receive session
+behind it once DTLS is up (so aiortc's own path, which still unprotects RTCP, goes through it
+too), and ``direct_rtp`` reads the SSRC in clear before it unprotects. ``stop`` never waits on
+an RTCP task that already died. What is left out: RTX (aiortc negotiates none for audio), the
+RFC 6464 audio level (unused), ``getSynchronizationSources`` (nobody asks), the ``track`` (it
+stays, never fed: do not read it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
 from transceiver.jitter import AudioJitterBuffer
 from transceiver.opus import Decoder, OpusError, packet_samples
 from transceiver.rtpview import parse as parse_rtp
+from transceiver.ssrc import SsrcLatch
 
 OPUS_MIME = "audio/opus"
 # Events counted beside the jitter buffer's (transceiver.jitter.EVENTS).
@@ -49,6 +55,8 @@ PRIVATE: dict[str, type | None] = {
     "_RTCRtpReceiver__started": bool,
     "_RTCRtpReceiver__decoder_thread": None,
     "_RTCRtpReceiver__rtcp_task": None,
+    "_RTCRtpReceiver__rtcp_started": asyncio.Event,
+    "_RTCRtpReceiver__rtcp_exited": asyncio.Event,
     "_RTCRtpReceiver__transport": object,
 }
 # aiortc 1.x's RTCDtlsTransport state the direct paths use (here and transceiver.outbound): the
@@ -146,6 +154,22 @@ class InlineAudioReceiver(RTCRtpReceiver):
         self._RTCRtpReceiver__rtcp_task = asyncio.ensure_future(self._run_rtcp())
         self._RTCRtpReceiver__started = True
 
+    async def stop(self) -> None:
+        """aiortc's ``stop``, which never waits on an RTCP task that already ended.
+
+        aiortc's waits for the task to say it started and then that it exited, and only a task
+        that ran and was cancelled says so: one that died (aiortc 1.16's receiver report packs
+        one block per SSRC and raises ``struct.error`` past 255) left ``stop`` waiting for ever,
+        so ``RTCPeerConnection.close`` never reached the DTLS transport, the caller was never
+        sent its close_notify, and our teardown waited out its 5 s step timeouts (DELETE
+        answered after 10 s; issue 21).
+        """
+        task = self._RTCRtpReceiver__rtcp_task  # type: ignore[attr-defined]
+        if task is not None and task.done():
+            self._RTCRtpReceiver__rtcp_started.set()  # type: ignore[attr-defined]
+            self._RTCRtpReceiver__rtcp_exited.set()  # type: ignore[attr-defined]
+        await super().stop()
+
     async def _handle_rtp_packet(self, packet: Any, arrival_time_ms: int) -> None:
         """aiortc's entry (its DTLS transport's queue), until ``direct_rtp`` takes over."""
         self.handle_rtp(packet)
@@ -169,28 +193,101 @@ class InlineAudioReceiver(RTCRtpReceiver):
             self._inbound.push(packet)
 
 
-def direct_rtp(receiver: InlineAudioReceiver, dtls: Any) -> Callable[[bytes], bool]:
+class ForeignSsrc(pylibsrtp.Error):
+    """A packet of an SSRC the call's latch refused: never unprotected. A ``pylibsrtp.Error``,
+    so that aiortc's receive loop drops it as it drops any packet SRTP refuses."""
+
+
+class LatchedSrtp:
+    """A call's inbound SRTP session behind its SSRC latch (``transceiver.ssrc``).
+
+    ``latch_srtp`` makes it the DTLS transport's ``_rx_srtp``, so that every unprotect of the
+    call goes through it: the direct path's (``direct_rtp``) and aiortc's own receive loop's
+    (RTCP, and whatever reaches the call before the direct path takes it). The SSRC is read in
+    clear, RTP bytes 8..12 and RTCP's sender SSRC bytes 4..8 (RFC 3711 3.1, 3.4: both headers
+    are authenticated, not encrypted); one refused is counted (``on_foreign``) and raised as
+    ``ForeignSsrc`` before libsrtp is asked, so it can neither add a stream nor cost a scan.
+    """
+
+    __slots__ = ("_on_foreign", "latch", "session")
+
+    def __init__(
+        self, session: pylibsrtp.Session, latch: SsrcLatch, on_foreign: Callable[[], None]
+    ) -> None:
+        self.session = session
+        self.latch = latch
+        self._on_foreign = on_foreign
+
+    def admits(self, ssrc: int) -> bool:
+        """The latch's decision; a refusal counted."""
+        if self.latch.admits(ssrc):
+            return True
+        self._on_foreign()
+        return False
+
+    def unprotect(self, data: bytes) -> bytes:
+        ssrc = int.from_bytes(data[8:12], "big")
+        if not self.admits(ssrc):
+            raise ForeignSsrc(f"SSRC {ssrc} is not the caller's")
+        plain = self.session.unprotect(data)
+        self.latch.authenticated(ssrc)
+        return plain
+
+    def unprotect_rtcp(self, data: bytes) -> bytes:
+        ssrc = int.from_bytes(data[4:8], "big")
+        if not self.admits(ssrc):
+            raise ForeignSsrc(f"SSRC {ssrc} is not the caller's")
+        plain = self.session.unprotect_rtcp(data)
+        self.latch.authenticated(ssrc)
+        return plain
+
+
+def latch_srtp(dtls: Any, latch: SsrcLatch, on_foreign: Callable[[], None]) -> LatchedSrtp | None:
+    """Put the call's receive SRTP session (``dtls._rx_srtp``) behind ``latch``; idempotent.
+
+    Call when DTLS connects: aiortc sets ``_rx_srtp`` and then announces the state in the same
+    synchronous chain (``RTCDtlsTransport._set_state``), before its receive loop starts, so
+    no packet is unprotected before the latch is in front. None while SRTP is not up."""
+    srtp = dtls._rx_srtp
+    if srtp is None or isinstance(srtp, LatchedSrtp):
+        return srtp
+    dtls._rx_srtp = latched = LatchedSrtp(srtp, latch, on_foreign)
+    return latched
+
+
+def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[bytes], bool]:
     """The direct path of a connected call's SRTP, for ``SharedSocketConnection.rtp_sink``.
 
     aiortc hands every datagram through an asyncio queue to its DTLS transport's receive task,
     which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
-    packet. This does the same work as plain calls, from the socket's callback: SRTP unprotect
-    with the call's own session (the DTLS transport's, so the replay window is shared), read
-    the header (``transceiver.rtpview``: header extensions are not decoded, nothing here reads
-    them), ``handle_rtp``. Returns False for what it leaves to aiortc (RTCP: aiortc's receiver
-    and sender reports keep working as before).
+    packet. This does the same work as plain calls, from the socket's callback: the SSRC latch
+    (``srtp``, see ``latch_srtp``), SRTP unprotect with the call's own session (the DTLS
+    transport's, so the replay window is shared), read the header (``transceiver.rtpview``:
+    header extensions are not decoded, nothing here reads them), ``handle_rtp``. Returns
+    False for what it leaves to aiortc (RTCP of an admitted SSRC: aiortc's receiver and sender
+    reports keep working as before); an RTCP packet of a refused SSRC is dropped here, before
+    it costs a task wake-up.
     """
-    srtp = dtls._rx_srtp
+    session, latch, admits = srtp.session, srtp.latch, srtp.admits
+    latched = latch.latched
     inbound = receiver._inbound
 
     def sink(data: bytes) -> bool:
-        if len(data) < 12 or 192 <= data[1] <= 208:  # RTCP (aiortc's is_rtcp), or too short
+        if len(data) < 12:  # too short for either: libsrtp refuses it in aiortc's loop
             return False
+        if 192 <= data[1] <= 208:  # RTCP (aiortc's is_rtcp): the sender's SSRC, bytes 4..8
+            ssrc = int.from_bytes(data[4:8], "big")
+            return ssrc not in latched and not admits(ssrc)
+        ssrc = int.from_bytes(data[8:12], "big")
+        if ssrc not in latched and not admits(ssrc):
+            return True
         try:
-            plain = srtp.unprotect(data)
+            plain = session.unprotect(data)
         except pylibsrtp.Error:
             inbound.drop(UNPROTECT_FAILED)
             return True
+        if ssrc not in latched:
+            latch.authenticated(ssrc)
         try:
             packet = parse_rtp(plain)
         except ValueError:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from transceiver.migration import FAILURE_REASONS
+from transceiver.offer import OFFER_REFUSAL_REASONS
 from transceiver.routes import REFUSAL_REASONS
 from transceiver.sctp import DROP_REASONS as DATA_CHANNEL_DROP_REASONS
 
@@ -48,6 +49,8 @@ class SessionMetrics:
     ice_connected: Histogram
     dtls_connected: Histogram
     connect_phase: Histogram  # labelled by phase (transceiver.lifecycle.Lifecycle.connect_phases)
+    # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.ssrc), per packet
+    foreign_ssrc: Tally
     data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.sctp)
 
 
@@ -158,7 +161,8 @@ class TransceiverMetrics:
         )
         self.dropped = Counter(
             "rtcedge_transceiver_dropped_datagrams",
-            "Datagrams dropped by the demultiplexer, by reason.",
+            "Datagrams dropped by the demultiplexer, by reason; foreign_ssrc: SRTP or SRTCP of"
+            " an SSRC that is not the caller's (a call latches at most 4), before unprotect.",
             ["reason"],
             registry=r,
         )
@@ -198,7 +202,9 @@ class TransceiverMetrics:
             " does not verify (malformed, version, unknown_key, bad_tag, expired, future), names"
             " another cluster, arrived already forwarded (looped), names a transceiver with no"
             " --peer-http address (no_peer), an ended session (no_session), an owner that is"
-            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy).",
+            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy), to"
+            " one owner (owner_busy) or from one client (client_busy), an owner that timed out"
+            " a moment ago (owner_failing).",
             ["reason"],
             registry=r,
         )
@@ -236,8 +242,9 @@ class TransceiverMetrics:
             "rtcedge_transceiver_migrations_failed",
             "Moves that failed, by reason: a resume offer refused here (the token's malformed,"
             " version, unknown_key, bad_tag, expired, future; cluster, self, no_peer; the"
-            " owner's no_session, replayed; owner_gone, owner_failed, busy), or, at the owner,"
-            " an offer never claimed (unclaimed) or a claimed call never hung up (not_switched).",
+            " owner's no_session, replayed; owner_gone, owner_failed, busy, owner_failing), or,"
+            " at the owner, an offer never claimed (unclaimed) or a claimed call never hung up"
+            " (not_switched).",
             ["reason"],
             registry=r,
         )
@@ -249,6 +256,16 @@ class TransceiverMetrics:
             ["method", "status"],
             registry=r,
         )
+        self.offers_refused = Counter(
+            "rtcedge_transceiver_offers_refused",
+            "WHIP offers refused before any WebRTC state is made, by reason: over --max-sdp-bytes"
+            " (too_large, 413), not UTF-8, over a limit of transceiver.offer.OfferLimits"
+            " (m_lines, rtpmap_lines, fmtp_lines, section_lines, lines), or invalid (400).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in OFFER_REFUSAL_REASONS:
+            self.offers_refused.labels(reason)
 
         self.tallies = {
             name: Tally(counter.labels(direction))
@@ -257,6 +274,7 @@ class TransceiverMetrics:
                 ("datagrams_out", self.datagrams, "out"),
                 ("audio_frames_in", self.audio_frames, "in"),
                 ("audio_frames_out", self.audio_frames, "out"),
+                ("foreign_ssrc", self.dropped, "foreign_ssrc"),
             )
         }
 
@@ -274,5 +292,6 @@ class TransceiverMetrics:
             self.ice_connected,
             self.dtls_connected,
             self.connect_phase,
+            self.tallies["foreign_ssrc"],
             self.data_channel_dropped,
         )

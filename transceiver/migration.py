@@ -34,9 +34,9 @@ CLAIM_REFUSALS = ("no_session", "replayed", "expired")
 # rtcedge_transceiver_migrations_failed_total{reason}: a fixed set. Counted where the move
 # failed: the transceiver that refused a resume offer (the token's reasons; cluster, self,
 # no_peer: ``transceiver.routes.route_resume``; the owner's claim refusals; owner_gone,
-# owner_failed, busy: the claim's exchange), or the owner (unclaimed: the drain ended with the
-# offer not taken; not_switched: claimed, but the caller never hung up its old call, which
-# ended at the deadline).
+# owner_failed, busy, owner_failing: the claim's exchange), or the owner (unclaimed: the drain
+# ended with the offer not taken; not_switched: claimed, but the caller never hung up its old
+# call, which ended at the deadline).
 FAILURE_REASONS: tuple[str, ...] = (
     *RESUME_TOKEN_ERROR_REASONS,
     "cluster",
@@ -47,6 +47,7 @@ FAILURE_REASONS: tuple[str, ...] = (
     "owner_gone",
     "owner_failed",
     "busy",
+    "owner_failing",
     "unclaimed",
     "not_switched",
 )

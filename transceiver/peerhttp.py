@@ -9,8 +9,11 @@ Bounds (the attacker: anyone who can send requests to the public WHIP port, with
 - only an id signed with our keyring is forwarded, and only to the address our configuration
   gives its owner: no id, header or URL of the request chooses where a request goes;
 - one hop: the forwarded request carries ``FORWARDED_HEADER`` and is never forwarded again;
-- at most ``max_forwards`` forwards under way at once (more: ``busy``, 503 + Retry-After), each
-  limited to ``timeout_s`` in all, the answer read up to ``MAX_ANSWER_BYTES``;
+- slots of ``transceiver.peerbudget``: forwards in all, per owner and per client, claims apart,
+  and an owner that timed out failed fast for a few seconds (more: busy, owner_busy,
+  client_busy, owner_failing: 503 + Retry-After);
+- each exchange limited to ``connect_timeout_s`` to connect and ``timeout_s`` in all, the answer
+  read up to ``MAX_ANSWER_BYTES``;
 - no redirects followed, no cookies, no proxy from the environment.
 """
 
@@ -18,12 +21,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from common.config import format_host_port
+from transceiver.peerbudget import PeerBudget, PeerLimits, Slot
 from transceiver.routes import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER, Claim, Forward
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -39,33 +44,49 @@ CLAIM_STATUS_REASONS = {404: "no_session", 409: "replayed", 410: "expired"}
 class PeerForwarder:
     """Forwards to peers over one aiohttp client, opened at first use; ``close`` at cleanup."""
 
-    def __init__(self, transceiver_id: int, timeout_s: float, max_forwards: int) -> None:
+    def __init__(
+        self,
+        transceiver_id: int,
+        timeout_s: float,
+        limits: PeerLimits,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         self.transceiver_id = transceiver_id
         self.timeout_s = timeout_s
-        self.max_forwards = max_forwards
-        self.under_way = 0
+        self.connect_timeout_s = min(connect_timeout_s or timeout_s, timeout_s)
+        self.budget = PeerBudget(limits)
         self._client: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
+        limits = self.budget.limits
         self._client = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-            connector=aiohttp.TCPConnector(limit=self.max_forwards),
+            # ``connect``: the name's lookup and the TCP handshake (no wait for the pool: it
+            # holds as many connections as there are slots).
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s),
+            connector=aiohttp.TCPConnector(limit=limits.max_forwards + limits.max_claims),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
         return self._client
 
     async def forward(
-        self, request: web.Request, route: Forward, resource_id: str, body: bytes | None
+        self,
+        request: web.Request,
+        route: Forward,
+        resource_id: str,
+        body: bytes | None,
+        client: str,
     ) -> web.Response | str:
         """The owner's answer (status, body, the headers a WHIP client reads), or why there is
-        none: busy, owner_gone (nothing listens there: the pod and its calls are gone) or
-        owner_failed (it timed out or broke the answer)."""
+        none: no slot (``transceiver.peerbudget.BUDGET_REASONS``; ``client``: whose request,
+        ``transceiver.quota.client_key``), owner_gone (nothing listens there: the pod and its
+        calls are gone) or owner_failed (it timed out or broke the answer)."""
+        slot = self.budget.take_forward(route.transceiver_id, client, time.monotonic())
+        if isinstance(slot, str):
+            return slot
         url = f"http://{format_host_port(*route.address)}/whip/{resource_id}"
         headers = {h: request.headers[h] for h in PASSED_REQUEST_HEADERS if h in request.headers}
-        answer = await self._exchange(
-            request.method, url, headers, body, route.transceiver_id, MAX_ANSWER_BYTES
-        )
+        answer = await self._exchange(request.method, url, headers, body, slot, MAX_ANSWER_BYTES)
         if isinstance(answer, str):
             return answer
         status, data, answer_headers = answer
@@ -75,12 +96,14 @@ class PeerForwarder:
     async def claim(self, claim: Claim, token: str) -> tuple[str, dict[str, str]] | str:
         """Claim a resume token from the call's owner: (call id, the call's metadata), or why
         not: the owner's refusal (no_session, replayed, expired: ``CLAIM_STATUS_REASONS``),
-        or busy, owner_gone, owner_failed as for ``forward`` (an answer that is not what a
-        claim answers is owner_failed)."""
+        or no slot (busy, owner_failing: the claims' own budget), owner_gone, owner_failed as
+        for ``forward`` (an answer that is not what a claim answers is owner_failed)."""
+        slot = self.budget.take_claim(claim.token.transceiver_id, time.monotonic())
+        if isinstance(slot, str):
+            return slot
         url = f"http://{format_host_port(*claim.address)}{CLAIM_PATH}"
-        tid = claim.token.transceiver_id
         answer = await self._exchange(
-            "POST", url, {RESUME_HEADER: token}, None, tid, MAX_CLAIM_BYTES
+            "POST", url, {RESUME_HEADER: token}, None, slot, MAX_CLAIM_BYTES
         )
         if isinstance(answer, str):
             return answer
@@ -106,29 +129,31 @@ class PeerForwarder:
         url: str,
         headers: dict[str, str],
         body: bytes | None,
-        owner: int,
+        slot: Slot,
         max_bytes: int,
     ) -> tuple[int, bytes, CIMultiDictProxy[str]] | str:
-        """One bounded request to a peer, marked as forwarded: (status, body read up to
-        ``max_bytes``, headers), or busy, owner_gone, owner_failed."""
-        if self.under_way >= self.max_forwards:
-            return "busy"
+        """One bounded request to a peer, marked as forwarded, holding ``slot`` until it is
+        over: (status, body read up to ``max_bytes``, headers), or owner_gone, owner_failed."""
         headers = {**headers, FORWARDED_HEADER: str(self.transceiver_id)}
-        self.under_way += 1
+        timed_out = False
         try:
             client = self._client or self._open()
             async with client.request(
                 method, url, headers=headers, data=body, allow_redirects=False
             ) as answer:
                 return answer.status, await answer.content.read(max_bytes), answer.headers
+        except TimeoutError as exc:  # connecting, or the whole exchange (aiohttp's are both)
+            log.warning("transceiver %d timed out on a forwarded %s: %r", slot.owner, method, exc)
+            timed_out = True
+            return "owner_failed"
         except aiohttp.ClientConnectorError as exc:  # refused, unreachable, or no such name
-            log.info("transceiver %d unreachable at %s: %s", owner, url, exc)
+            log.info("transceiver %d unreachable at %s: %s", slot.owner, url, exc)
             return "owner_gone"
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            log.warning("transceiver %d failed a forwarded %s: %r", owner, method, exc)
+        except aiohttp.ClientError as exc:
+            log.warning("transceiver %d failed a forwarded %s: %r", slot.owner, method, exc)
             return "owner_failed"
         finally:
-            self.under_way -= 1
+            self.budget.release(slot, timed_out, time.monotonic())
 
     async def close(self, app: web.Application | None = None) -> None:
         if self._client is not None:

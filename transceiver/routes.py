@@ -50,6 +50,9 @@ REFUSAL_REASONS: tuple[str, ...] = (
     "owner_gone",  # the owner's address does not resolve or refuses: it and its calls are gone
     "owner_failed",  # the owner timed out or broke the answer (503, retry)
     "busy",  # too many forwards under way (503, retry)
+    "owner_busy",  # too many forwards under way to this owner (503, retry)
+    "client_busy",  # too many forwards under way from this client (503, retry)
+    "owner_failing",  # the owner timed out a moment ago: failed fast (503, retry)
 )
 
 

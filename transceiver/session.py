@@ -29,6 +29,7 @@ from transceiver.certificate import use_certificate
 from transceiver.ice import Addr, SharedSocketConnection, install
 from transceiver.lifecycle import Lifecycle, Limits, State
 from transceiver.metrics import SessionMetrics
+from transceiver.ssrc import SsrcLatch, offered_ssrcs
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -106,6 +107,8 @@ class Session:
         self._connect_task: asyncio.Task[Any] | None = None
         self.closed = asyncio.Event()
         self.frames_in = 0
+        # The SSRCs the caller's SRTP may use (the offer's, then the first to authenticate).
+        self.ssrcs = SsrcLatch()
         self._connect_reported = False
         # Set once another transceiver claimed this call's resume token: the call lives on
         # there, so however this session ends, it ends as "migrated" (the backend is told so).
@@ -122,6 +125,7 @@ class Session:
         pc.on("iceconnectionstatechange", self._on_ice_state)
         pc.on("connectionstatechange", self._on_connection_state)
         await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        self.ssrcs = SsrcLatch(offered_ssrcs(offer_sdp))
         _receive_audio_only(pc)
         if pc.sctp is not None:  # before the answer: it advertises our max-message-size
             sctp.install(
@@ -317,13 +321,22 @@ class Session:
             self.end("peer_closed")
 
     def _take_rtp_directly(self) -> None:
-        """SRTP is up: inbound RTP skips aiortc's DTLS queue (``inbound.direct_rtp``)."""
-        for transceiver in self.pc.getTransceivers():
+        """SRTP is up: every inbound packet passes the call's SSRC latch first
+        (``inbound.latch_srtp``), and inbound RTP skips aiortc's DTLS queue
+        (``inbound.direct_rtp``)."""
+        transceivers = self.pc.getTransceivers()
+        if not transceivers:
+            return
+        # BUNDLE (transceiver.ice.install): one DTLS transport carries every m-line.
+        srtp = inbound.latch_srtp(
+            transceivers[0].receiver.transport, self.ssrcs, self._metrics.foreign_ssrc.inc
+        )
+        if srtp is None:
+            return
+        for transceiver in transceivers:
             receiver = transceiver.receiver
             if isinstance(receiver, inbound.InlineAudioReceiver):
-                dtls = receiver.transport
-                if dtls is not None and dtls._rx_srtp is not None:
-                    self.ice.rtp_sink = inbound.direct_rtp(receiver, dtls)
+                self.ice.rtp_sink = inbound.direct_rtp(receiver, srtp)
                 return
 
     # -- ending ----------------------------------------------------------------------------------

@@ -66,6 +66,12 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--peer-http-dns", "trx-{id}.headless"], "--peer-http-dns"),
         (["--peer-timeout", "0"], "--peer-timeout"),
         (["--peer-max-forwards", "0"], "--peer-max-forwards"),
+        (["--peer-max-per-owner", "0"], "--peer-max-per-owner"),
+        (["--peer-max-per-client", "0"], "--peer-max-per-client"),
+        (["--peer-max-claims", "0"], "--peer-max-claims"),
+        (["--peer-connect-timeout", "0"], "--peer-connect-timeout"),
+        (["--peer-fail-fast", "-1"], "--peer-fail-fast"),
+        (["--max-sdp-bytes", "0"], "--max-sdp-bytes"),
     ],
 )
 def test_bad_option_fails_at_start_naming_it(args, option):
@@ -175,3 +181,16 @@ def test_peers_come_from_the_environment_space_separated(monkeypatch):
     assert peers.address(1) == ("10.0.0.1", 8080)
     assert peers.address(2) == ("fd00::2", 8080)
     assert peers.address(7) == ("trx-7.trx-headless.ns.svc", 8080), "the template for the rest"
+
+
+def test_the_forward_budgets_and_offer_size_reach_the_config(monkeypatch):
+    monkeypatch.setenv("RTCEDGE_KEYRING_JSON", KEYRING)
+    monkeypatch.setenv("RTCEDGE_PEER_MAX_CLAIMS", "9")
+    args = [*BASE[1:], "--peer-max-per-owner", "3", "--peer-max-per-client", "1",
+            "--peer-fail-fast", "0", "--peer-connect-timeout", "0.5",
+            "--max-sdp-bytes", "8192"]  # fmt: skip
+    cfg = build_config(main.commands["serve"].make_context("serve", args).params)
+    limits = cfg.peer_limits()
+    assert (limits.max_forwards, limits.max_per_owner, limits.max_per_client) == (32, 3, 1)
+    assert limits.max_claims == 9 and limits.fail_fast_s == 0
+    assert cfg.peer_connect_timeout_s == 0.5 and cfg.max_sdp_bytes == 8192

@@ -29,9 +29,11 @@ from transceiver.inbound import (
     InboundAudio,
     InlineAudioReceiver,
     direct_rtp,
+    latch_srtp,
 )
 from transceiver.inbound import install as install_inbound
 from transceiver.outbound import AudioClock, DirectSender, InlineAudioSender, install, ntp_now
+from transceiver.ssrc import SsrcLatch
 
 TONE = opus_tone_packets(440)
 MID_URI = "urn:ietf:params:rtp-hdrext:sdes:mid"
@@ -205,7 +207,7 @@ def test_direct_rtp_unprotects_into_the_receiver_and_leaves_rtcp_to_aiortc():
                 _rx_srtp=srtp(pylibsrtp.Policy.SSRC_ANY_INBOUND),
                 _rtp_header_extensions_map=HeaderExtensionsMap(),
             )
-            sink = direct_rtp(receiver, dtls)
+            sink = direct_rtp(receiver, latch_srtp(dtls, SsrcLatch(), lambda: None))
             protect = srtp(pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
             for i, payload in enumerate(TONE[:8]):
                 packet = RtpPacket(payload_type=PT, sequence_number=i, timestamp=i * 960, ssrc=5)

@@ -120,5 +120,6 @@ def test_a_minted_token_calls_and_a_checkless_offer_ends_early(stack):
     run(go())
     ended = "rtcedge_transceiver_sessions_ended_total"
     assert wait_for(lambda: trx.metric(ended, reason="first_check_timeout"), 1, 5)
-    assert trx.metric(ended, reason="deleted") == 1, "the real call ended by its DELETE"
-    assert trx.metric("rtcedge_transceiver_sessions_active") == 0
+    # A DELETE is answered once the end started: the teardown may still be finishing.
+    assert wait_for(lambda: trx.metric(ended, reason="deleted"), 1, 5), "ended by its DELETE"
+    assert wait_for(lambda: trx.metric("rtcedge_transceiver_sessions_active"), 0, 5)

@@ -29,6 +29,7 @@ from transceiver.listener import GuardedListener
 from transceiver.load import LoadLimits
 from transceiver.peerbudget import PeerLimits
 from transceiver.regions import parse_region, parse_region_prefix
+from transceiver.sctp import SctpLimits
 from transceiver.tokens import mint, parse_secrets, read_secrets_file
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -461,6 +462,32 @@ def main() -> None:
     "(with --peer-http/--peer-http-dns): seconds they have to re-offer, and that their old "
     "call lasts at most once moved.",
 )
+@env_option(
+    "--sctp-receive-window",
+    env="SCTP_RECEIVE_WINDOW",
+    type=int,
+    default=SctpLimits.receive_window_bytes,
+    show_default=True,
+    help="Bytes of a caller's data channel held for reassembly (the advertised SCTP window): "
+    "DATA past it is dropped; a caller that overfills it ends (data_channel_limit).",
+)
+@env_option(
+    "--sctp-max-misordered-tsns",
+    env="SCTP_MAX_MISORDERED_TSNS",
+    type=int,
+    default=SctpLimits.max_misordered_tsns,
+    show_default=True,
+    help="SCTP TSNs tracked past a gap in a caller's data; DATA farther ahead is dropped.",
+)
+@env_option(
+    "--sctp-max-unacked",
+    env="SCTP_MAX_UNACKED",
+    type=int,
+    default=SctpLimits.max_unacked_bytes,
+    show_default=True,
+    help="Bytes of events toward a caller sent or waiting and not yet acknowledged; past it "
+    "the oldest waiting events are dropped (rtcedge_transceiver_data_channel_dropped).",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run a transceiver: WHIP over HTTP, every session's media on one UDP socket."""
@@ -549,6 +576,9 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
         peer_connect_timeout_s=opts["peer_connect_timeout"],
         peer_fail_fast_s=opts["peer_fail_fast"],
         migrate_deadline_s=opts["migrate_deadline"],
+        sctp_receive_window_bytes=opts["sctp_receive_window"],
+        sctp_max_misordered_tsns=opts["sctp_max_misordered_tsns"],
+        sctp_max_unacked_bytes=opts["sctp_max_unacked"],
     ).validate()
 
 

@@ -17,6 +17,7 @@ from transceiver.load import LoadLimits
 from transceiver.peerbudget import PeerLimits
 from transceiver.regions import Addr, RegionTable
 from transceiver.routes import Peers, SessionRouter
+from transceiver.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.tokens import MIN_SECRET_BYTES
 
 
@@ -80,6 +81,11 @@ class TransceiverConfig:
     # On drain, a caller asked to move has this long to claim its resume token; a claimed old
     # call ends this long after the claim at the latest (transceiver.migration).
     migrate_deadline_s: float = 10.0
+    # The data channel's bounds per call (transceiver.sctp): the receive window (a_rwnd, and
+    # what reassembly may hold), TSNs tracked past a gap, events unacknowledged by the caller.
+    sctp_receive_window_bytes: int = SctpLimits.receive_window_bytes
+    sctp_max_misordered_tsns: int = SctpLimits.max_misordered_tsns
+    sctp_max_unacked_bytes: int = SctpLimits.max_unacked_bytes
 
     def validate(self) -> TransceiverConfig:
         if not 0 <= self.transceiver_id <= 0xFFFF:
@@ -155,6 +161,7 @@ class TransceiverConfig:
             raise ConfigError(
                 "--admit-max-cpu", f"is % of one core, 0-100, got {self.admit_max_cpu_pct}"
             )
+        self._validate_sctp()
         if self.drain_grace_s < 0:
             raise ConfigError("--drain-grace", "must be >= 0")
         self.region_table()
@@ -201,6 +208,31 @@ class TransceiverConfig:
             max_per_client=self.peer_max_per_client,
             max_claims=self.peer_max_claims,
             fail_fast_s=self.peer_fail_fast_s,
+        )
+
+    def _validate_sctp(self) -> None:
+        # A window smaller than two of the largest messages could stall one of them mid-way.
+        if self.sctp_receive_window_bytes < 2 * MAX_MESSAGE_BYTES:
+            raise ConfigError(
+                "--sctp-receive-window",
+                f"must be >= {2 * MAX_MESSAGE_BYTES} bytes, got {self.sctp_receive_window_bytes}",
+            )
+        if not 16 <= self.sctp_max_misordered_tsns <= 65536:
+            raise ConfigError(
+                "--sctp-max-misordered-tsns",
+                f"must be 16..65536, got {self.sctp_max_misordered_tsns}",
+            )
+        if self.sctp_max_unacked_bytes < MAX_MESSAGE_BYTES:
+            raise ConfigError(
+                "--sctp-max-unacked",
+                f"must be >= {MAX_MESSAGE_BYTES} bytes, got {self.sctp_max_unacked_bytes}",
+            )
+
+    def sctp_limits(self) -> SctpLimits:
+        return SctpLimits(
+            self.sctp_receive_window_bytes,
+            self.sctp_max_misordered_tsns,
+            self.sctp_max_unacked_bytes,
         )
 
     def peers(self) -> Peers:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from transceiver.migration import FAILURE_REASONS
 from transceiver.offer import OFFER_REFUSAL_REASONS
 from transceiver.routes import REFUSAL_REASONS
+from transceiver.sctp import DROP_REASONS as DATA_CHANNEL_DROP_REASONS
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 # A connect's steps take from under a millisecond (an answer) to seconds (a slow client).
@@ -50,6 +51,7 @@ class SessionMetrics:
     connect_phase: Histogram  # labelled by phase (transceiver.lifecycle.Lifecycle.connect_phases)
     # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.ssrc), per packet
     foreign_ssrc: Tally
+    data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.sctp)
 
 
 class TransceiverMetrics:
@@ -153,6 +155,18 @@ class TransceiverMetrics:
         self.backend_errors = Counter(
             "rtcedge_transceiver_backend_errors", "Backend failures.", registry=r
         )
+        self.data_channel_dropped = Counter(
+            "rtcedge_transceiver_data_channel_dropped",
+            "The data channel's drops (transceiver.sctp), by reason: DATA chunks from a caller"
+            " outside the receive window (beyond_window) or for a stream past the negotiated"
+            " count (invalid_stream); events toward a caller dropped oldest first because it"
+            " acknowledges too little (unacked_full), or larger than its max-message-size"
+            " (too_large).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in DATA_CHANNEL_DROP_REASONS:
+            self.data_channel_dropped.labels(reason)
         self.datagrams = Counter(
             "rtcedge_transceiver_datagrams",
             "Datagrams on the media socket.",
@@ -293,4 +307,5 @@ class TransceiverMetrics:
             self.dtls_connected,
             self.connect_phase,
             self.tallies["foreign_ssrc"],
+            self.data_channel_dropped,
         )

@@ -34,6 +34,7 @@ from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
 from transceiver.migration import MIGRATE_EVENT, ClaimRefused, Migrations
 from transceiver.outbound import AudioClock
+from transceiver.sctp import check_aiortc as check_sctp
 from transceiver.session import Session, SessionContext
 from transceiver.udpedge import UdpEdge
 
@@ -58,6 +59,7 @@ def warm_up() -> None:
 class TransceiverServer:
     def __init__(self, config: TransceiverConfig, backend: Backend | None = None) -> None:
         check_versions()
+        check_sctp()
         self.config = config.validate()
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
         url = config.backend_url if config.backend == "websocket" else None
@@ -93,6 +95,7 @@ class TransceiverServer:
             on_closed=self._forget,
             audio_clock=AudioClock(),
             certificate=lambda: self.certificates.current(time.monotonic()),
+            sctp_limits=config.sctp_limits(),
         )
         self.headroom = Headroom(config.load_limits())
         self._transport: UdpEdge | None = None

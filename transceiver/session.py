@@ -16,13 +16,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
-from transceiver import inbound, outbound
+from transceiver import inbound, outbound, sctp
 from transceiver.audio import BackendAudioTrack
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
 from transceiver.certificate import use_certificate
@@ -35,7 +35,7 @@ log = logging.getLogger("rtcedge.transceiver")
 
 EVENTS_CHANNEL = "events"
 MAX_PENDING_EVENTS = 32
-MAX_EVENT_BYTES = 16 * 1024
+MAX_EVENT_BYTES = sctp.MAX_MESSAGE_BYTES  # also the answer's a=max-message-size
 # Events a backend sends to the transceiver itself (docs/backend-protocol.md), not to the caller.
 CLEAR_AUDIO = "audio.clear"  # drop the caller-bound audio not yet played (barge-in)
 HANGUP = "session.hangup"  # end the call
@@ -58,6 +58,7 @@ class SessionContext:
     # makes one per session.
     certificate: Callable[[], RTCCertificate] | None = None
     advertise_tcp: Addr | None = None  # the relay's ICE-TCP address: a passive TCP candidate
+    sctp_limits: sctp.SctpLimits = field(default_factory=sctp.SctpLimits)  # data channel bounds
 
 
 class Session:
@@ -126,6 +127,10 @@ class Session:
         await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
         self.ssrcs = SsrcLatch(offered_ssrcs(offer_sdp))
         _receive_audio_only(pc)
+        if pc.sctp is not None:  # before the answer: it advertises our max-message-size
+            sctp.install(
+                pc.sctp, self._context.sctp_limits, self._on_sctp_limit, self._on_sctp_drop
+            )
         install(pc, self.ice)
         pc.addTrack(self.out_track)
         send, ufrag = self._context.send, self.ufrag
@@ -277,6 +282,16 @@ class Session:
         pending, self._pending_events = self._pending_events, []
         for text in pending:
             self.channel.send(text)
+
+    def _on_sctp_limit(self, why: str) -> None:
+        """The caller's SCTP went over a cap (``transceiver.sctp``): it ignores our window."""
+        log.info("session %s: data channel %s", self.id, why)
+        self.end("data_channel_limit")
+
+    def _on_sctp_drop(self, reason: str, count: int) -> None:
+        counter = self._metrics.data_channel_dropped
+        if counter is not None:
+            counter.labels(reason).inc(count)
 
     def _on_backend_failure(self, reason: str) -> None:
         self._metrics.backend_errors.inc()

@@ -56,6 +56,15 @@ DROP_REASONS = (
     "send_error",
     "hop_limit",  # an encapsulated datagram from another relay whose hop limit ran out (a loop)
     "peer_denied",  # a datagram at --peer-listen from a source outside every --peer-network
+    # A hinted STUN check over the transceiver's budget at this worker (--transceiver-stun-rate).
+    "transceiver_stun_rate",
+    # ICE over TCP only (relay.tcpconns): a frame below its class's floor (STUN 20, DTLS 13,
+    # RTP 12 bytes); over a confirmed connection's --tcp-frame-rate or --tcp-byte-rate; a STUN
+    # frame of an unconfirmed connection naming another hint than the one it was admitted with.
+    "frame_too_short",
+    "frame_rate",
+    "byte_rate",
+    "other_hint",
 )
 DROP_INDEX = {reason: i for i, reason in enumerate(DROP_REASONS)}
 

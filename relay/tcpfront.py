@@ -9,11 +9,21 @@ there may be thousands of connections, and this is not the hot path).
 
 Client -> transceiver: the first frame of a connection must be admitted by the same rule as a UDP
 first packet (a TCP instance of relay.admission, sharing the address policy, the first-packet
-budgets and the routing tables, with its own flow table for the per-hint budgets); its drop
-reasons are the same counters under transport="tcp". Then every frame goes to the connection's
-transceiver, encapsulated like a UDP datagram with the connection's address and ``FLAG_TCP``,
-from the worker's internal socket; until the transceiver first sent on it only STUN passes
-(``not_confirmed``), as for a pending UDP flow.
+and per-transceiver budgets and the routing tables, with its own flow table for the per-hint
+budgets); its drop reasons are the same counters under transport="tcp". Later frames go to the
+connection's transceiver, encapsulated like a UDP datagram with the connection's address and
+``FLAG_TCP``, from the worker's internal socket, if they pass, in this order (each drop counted
+by its reason):
+
+1. the class's floor (relay.tcpconns ``MIN_FRAME_BYTES``)         -> ``frame_too_short``
+2. until the transceiver first sent on it, the rule of a pending UDP flow's packets
+   (relay.admission ``rechecks``: only STUN, budgets, the same hint) -> its reasons
+3. after that, the connection's frame and byte buckets            -> ``frame_rate``, ``byte_rate``
+
+Reads are bounded in frames, not only bytes: a round takes at most ``max_frames_per_read``
+frames of a connection (it peeks, then reads just the bytes of those frames), and the rest
+waits in the kernel, whose full receive buffer closes the TCP window: the sender is throttled,
+not the worker (a stream of 4-byte frames would otherwise be 16,384 frames per 64 KiB read).
 
 Transceiver -> client: the worker's per-packet path hands a datagram with ``FLAG_TCP``
 (``to_client``); it is framed onto the connection of that address if that connection belongs to
@@ -30,10 +40,10 @@ import contextlib
 import select
 import socket
 import struct
+import time
 from collections.abc import Hashable
 
 from common import encap
-from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from relay import counters as C
 from relay.admission import Admission
 from relay.framing import FramingError, frame
@@ -43,19 +53,18 @@ from relay.routing import Routing, Target
 from relay.tcpconns import (
     ADMITTED,
     CLOSE_INDEX,
-    CONFIRMED,
+    MIN_FRAME_BYTES,
     PENDING,
     TcpConn,
     TcpConnTable,
     TcpLimits,
 )
 
-READ_BYTES = 65536  # one recv per readable connection and round
+READ_BYTES = 65536  # at most one peek of this per readable connection and round
 ACCEPTS_PER_ROUND = 64  # a flood of connections cannot starve the UDP path
 EVENTS_PER_ROUND = 256
 SEND_BUFFER_BYTES = 65536  # the kernel's share of a slow reader's backlog, fixed (no autotuning)
 _LINGER_RESET = struct.pack("ii", 1, 0)
-_STUN = int(PacketClass.STUN)
 _IN = select.EPOLLIN
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _DROP = {reason: C.TCP_DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
@@ -89,6 +98,7 @@ class TcpFront:
         self._view = memoryview(self._buf)
         self.now = 0
         self.wall = 0.0
+        self.clock_s = 0.0  # the confirmed connections' buckets' clock (monotonic, per round)
 
     def fileno(self) -> int:
         return self.epoll.fileno()
@@ -100,6 +110,7 @@ class TcpFront:
         if not events:
             return 0
         self.now, self.wall = now, wall
+        self.clock_s = time.monotonic()  # once per round with events, not per frame
         by_fd = self._by_fd
         for fd, ev in events:
             if fd == self._listener_fd:
@@ -174,8 +185,9 @@ class TcpFront:
                 self._close(got, "error")
 
     def _read(self, conn: TcpConn) -> None:
+        sock = conn.handle
         try:
-            n = conn.handle.recv_into(self._buf)
+            n = sock.recv_into(self._buf, READ_BYTES, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -185,7 +197,13 @@ class TcpFront:
             self._close(conn, "client_closed")
             return
         try:
-            frames = conn.feed(self._view[:n], self.now)
+            frames, taken = conn.take(self._view[:n], self.now, self.limits.max_frames_per_read)
+            # Only what was taken leaves the kernel (the frames are copies already); the rest
+            # is read in a later round. (``taken`` is never 0 here: 0 would mean "all".)
+            sock.recv_into(self._buf, taken)
+        except OSError:
+            self._close(conn, "client_closed")
+            return
         except FramingError as exc:
             # The frames before the bad length go on, as they would have from an earlier read.
             for f in exc.frames:
@@ -200,27 +218,26 @@ class TcpFront:
                 return
 
     def _from_client(self, conn: TcpConn, data: bytes) -> None:
-        """One frame of a client: admitted, or forwarded, or dropped (counted)."""
+        """One frame of a client: admitted, or forwarded, or dropped (counted); the order is
+        the module docstring's. A client's frame never refreshes its connection."""
         ctr = self.ctr
-        if conn.state == PENDING:
-            verdict = self.admission.accepts(data, conn.key, self.now, self.wall)
-            if isinstance(verdict, str):
-                ctr[_DROP[verdict]] += 1
-                self._close(conn, "first_frame")
+        state = conn.state
+        if state == PENDING:
+            if not self._admit(conn, data):
                 return
-            self.admission.flows.forget_pending(conn.key)  # the connection is the flow
-            if verdict.health is not None:  # a route's: relay tiers carry UDP only (docs)
-                self._close(conn, "routed_hint")
-                return
-            port, address = self.keys.port_and_address(conn.key)
-            header = encap.encode_header_packed(
-                self.keys.ip_version, address, int.from_bytes(port, "big"), flags=encap.FLAG_TCP
-            )
-            self.table.admit(conn, verdict, header)
-        elif conn.state == ADMITTED and CLASS_BY_FIRST_BYTE[data[0]] != _STUN:
-            ctr[_DROP["not_confirmed"]] += 1
+        elif len(data) < MIN_FRAME_BYTES[data[0]]:
+            ctr[_DROP["frame_too_short"]] += 1
             return
-        conn.last_frame = self.now
+        elif state == ADMITTED:
+            refused = self.admission.rechecks(data, conn.key, conn.ufrag, self.now, self.wall)
+            if refused is not None:
+                ctr[_DROP[refused]] += 1
+                return
+        else:
+            refused = conn.spend(len(data), self.clock_s, self.limits)
+            if refused is not None:
+                ctr[_DROP[refused]] += 1
+                return
         try:
             self.internal.sendto(conn.header + data, conn.target.address)
         except OSError:
@@ -229,13 +246,39 @@ class TcpFront:
         ctr[C.TCP_PACKETS] += 1
         ctr[C.TCP_BYTES] += len(data)
 
+    def _admit(self, conn: TcpConn, data: bytes) -> bool:
+        """A pending connection's first frame: is it admitted (the connection then bound to its
+        target and hint)? If not, the connection is closed and why counted."""
+        verdict = self.admission.accepts(data, conn.key, self.now, self.wall)
+        if isinstance(verdict, str):
+            self.ctr[_DROP[verdict]] += 1
+            self._close(conn, "first_frame")
+            return False
+        flows = self.admission.flows
+        ufrag = flows.pending[conn.key].ufrag  # what accepts() just admitted
+        flows.forget_pending(conn.key)  # the connection is the flow
+        if verdict.health is not None:  # a route's: relay tiers carry UDP only (docs)
+            self._close(conn, "routed_hint")
+            return False
+        port, address = self.keys.port_and_address(conn.key)
+        header = encap.encode_header_packed(
+            self.keys.ip_version, address, int.from_bytes(port, "big"), flags=encap.FLAG_TCP
+        )
+        refused, evicted = self.table.admit(conn, verdict, header, ufrag, self.now)
+        for old in evicted:
+            self._closed(old, "evicted")
+        if refused is not None:
+            self._close(conn, refused)
+            return False
+        return True
+
     def to_client(self, key: Hashable, target: Target, payload: memoryview) -> None:
         """A transceiver's datagram with FLAG_TCP: framed onto its client's connection."""
         conn = self.table.get(key)
         if conn is None or conn.target is None or conn.target.tid != target.tid:
             self.ctr[_DROP["no_flow"]] += 1
             return
-        conn.state = CONFIRMED
+        self.table.confirm(conn)  # the target's traffic, and only it, keeps a connection
         conn.last_frame = self.now
         try:
             data = frame(payload)

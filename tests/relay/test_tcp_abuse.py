@@ -235,3 +235,31 @@ def test_admitted_connections_kept_busy_by_their_clients_close_after_the_pending
         finally:
             for s in conns:
                 s.close()
+
+
+def test_hinted_checks_from_many_prefixes_reach_one_transceiver_within_its_budget():
+    """The per-prefix first-packet budget bounds one network; --transceiver-stun-rate bounds
+    what all of them together forward to one transceiver (here 50/s; 40 /24s x 10 checks)."""
+    rate = 50
+    with one_worker_relay("--transceiver-stun-rate", str(rate)) as (relay, _, sink):
+        sources = []
+        for p in range(40):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((f"127.0.{100 + p}.1", 0))
+            sources.append(s)
+        started = time.monotonic()
+        try:
+            for _ in range(10):
+                for s in sources:
+                    s.sendto(hint_request(relay.keyring, relay.cluster, SILENT)[0], relay.address)
+            udp = "rtcedge_relay_dropped_packets_total"
+            assert wait_for(
+                lambda: sink.total() + relay.metric(udp, reason="transceiver_stun_rate"), 400
+            ), "every check was forwarded or dropped by the transceiver's budget"
+        finally:
+            for s in sources:
+                s.close()
+        budget = rate * (time.monotonic() - started + 1) + rate  # the rate, and its burst
+        assert sink.total() <= budget, f"{sink.total()} checks forwarded, budget {budget:.0f}"
+        # A call to another transceiver is not affected.
+        victim_flow(relay).close()

@@ -43,12 +43,17 @@ Every bound, with its attacker (per worker; the worker closes what this table gi
 - ``max_write_bytes``: bytes queued toward a client that does not read (a slow reader, or one
   that shrank its window on purpose). Attacker: a client making the relay buffer a transceiver's
   media forever. Beyond the cap the connection is closed (``slow_reader``), never buffered.
-- Per confirmed connection, ``frame_rate_per_s`` and ``byte_rate_per_s`` (token buckets of
-  ``BURST_S`` worth, ``TcpConn.spend``) and a floor per class (``MIN_FRAME_BYTES``). Attacker: a
-  client streaming tiny frames, each of which would cost the worker a datagram (~7.6 us). Frames
-  beyond are dropped and counted (``frame_rate``, ``byte_rate``, ``frame_too_short``).
+- Per admitted or confirmed connection, ``frame_rate_per_s``: frames *read* (a token bucket of
+  ``BURST_S`` worth, ``TcpConn.refill``), whatever becomes of them. Attacker: a client streaming
+  tiny frames, each of which costs the worker a parse, or a datagram (~7.6 us) if forwarded.
+  A connection whose bucket is empty is not read until the next tick; what it sent meanwhile
+  waits in the kernel, whose window then throttles the sender (counted: reads paused).
+- Per confirmed connection, ``byte_rate_per_s`` (a bucket of ``BURST_S`` worth, ``TcpConn.
+  spend_bytes``): payload bytes forwarded. Frames beyond are dropped (``byte_rate``).
+- A floor per class (``MIN_FRAME_BYTES``) for every frame after the first: below it a frame is
+  no STUN, DTLS or RTP datagram at all, and is dropped (``frame_too_short``).
 - ``max_frames_per_read``: frames taken from one connection per round (``TcpConn.take``); the
-  rest stays in the kernel, so the TCP window throttles the sender instead of the worker.
+  rest stays in the kernel for a later round, so one connection cannot hold the worker's turn.
 
 Memory per connection is therefore bounded by max_frame_bytes + max_write_bytes (plus the
 kernel's socket buffers, which the I/O side fixes), and connections by max_connections.
@@ -182,24 +187,33 @@ class TcpConn:
             self.partial_since = now
         return frames, taken
 
-    def spend(self, nbytes: int, now_s: float, limits: TcpLimits) -> str | None:
-        """Take one frame of ``nbytes`` from the connection's two token buckets; the drop reason
-        (``frame_rate``, ``byte_rate``) when one is short, taking nothing then. ``now_s`` is any
-        monotonic clock in seconds, finer than the tick (the buckets hold a quarter second)."""
-        frame_burst, byte_burst = limits.frame_burst, limits.byte_burst
+    def refill(self, now_s: float, limits: TcpLimits) -> int:
+        """Refill both token buckets up to ``now_s`` (any monotonic clock in seconds, finer than
+        the tick: they hold a quarter second); returns the whole frames the frame bucket holds,
+        i.e. how many frames may be read now (the reader takes them with ``read_frames``)."""
         if self.budget_at < 0:
-            frames, octets = frame_burst, byte_burst
+            self.frame_tokens, self.byte_tokens = limits.frame_burst, limits.byte_burst
         else:
             elapsed = max(0.0, now_s - self.budget_at)
-            frames = min(frame_burst, self.frame_tokens + elapsed * limits.frame_rate_per_s)
-            octets = min(byte_burst, self.byte_tokens + elapsed * limits.byte_rate_per_s)
+            self.frame_tokens = min(
+                limits.frame_burst, self.frame_tokens + elapsed * limits.frame_rate_per_s
+            )
+            self.byte_tokens = min(
+                limits.byte_burst, self.byte_tokens + elapsed * limits.byte_rate_per_s
+            )
         self.budget_at = now_s
-        refused = "frame_rate" if frames < 1.0 else "byte_rate" if octets < nbytes else None
-        if refused is None:
-            frames -= 1.0
-            octets -= nbytes
-        self.frame_tokens, self.byte_tokens = frames, octets
-        return refused
+        return int(self.frame_tokens)
+
+    def read_frames(self, count: int) -> None:
+        self.frame_tokens -= count
+
+    def spend_bytes(self, nbytes: int) -> bool:
+        """Take a frame's payload from the byte bucket (as refilled by the last ``refill``);
+        False, taking nothing, when it holds less."""
+        if self.byte_tokens < nbytes:
+            return False
+        self.byte_tokens -= nbytes
+        return True
 
 
 class TcpConnTable:

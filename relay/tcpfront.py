@@ -18,12 +18,14 @@ by its reason):
 1. the class's floor (relay.tcpconns ``MIN_FRAME_BYTES``)         -> ``frame_too_short``
 2. until the transceiver first sent on it, the rule of a pending UDP flow's packets
    (relay.admission ``rechecks``: only STUN, budgets, the same hint) -> its reasons
-3. after that, the connection's frame and byte buckets            -> ``frame_rate``, ``byte_rate``
+3. after that, the connection's byte bucket                        -> ``byte_rate``
 
-Reads are bounded in frames, not only bytes: a round takes at most ``max_frames_per_read``
-frames of a connection (it peeks, then reads just the bytes of those frames), and the rest
-waits in the kernel, whose full receive buffer closes the TCP window: the sender is throttled,
-not the worker (a stream of 4-byte frames would otherwise be 16,384 frames per 64 KiB read).
+Reads are bounded in frames, not only bytes (a stream of 4-byte frames would otherwise be 16,384
+frames per 64 KiB read): a round takes at most ``max_frames_per_read`` frames of a connection,
+and at most what its frame bucket holds (``--tcp-frame-rate``; a pending connection: its first
+frame only). It peeks, then reads just the bytes of the frames taken; the rest waits in the
+kernel. A connection whose frame bucket ran dry is not read again until the tick, so its
+sender's window closes: TCP throttles the sender, not the worker.
 
 Transceiver -> client: the worker's per-packet path hands a datagram with ``FLAG_TCP``
 (``to_client``); it is framed onto the connection of that address if that connection belongs to
@@ -66,6 +68,7 @@ EVENTS_PER_ROUND = 256
 SEND_BUFFER_BYTES = 65536  # the kernel's share of a slow reader's backlog, fixed (no autotuning)
 _LINGER_RESET = struct.pack("ii", 1, 0)
 _IN = select.EPOLLIN
+_OUT = select.EPOLLOUT
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _DROP = {reason: C.TCP_DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
 
@@ -94,6 +97,7 @@ class TcpFront:
         self._listener_fd = listener.fileno()
         self._listener_paused = False  # after a failed accept, until the next tick
         self._by_fd: dict[int, TcpConn] = {}
+        self._paused: set[TcpConn] = set()  # not read until the tick (frame bucket dry)
         self._buf = bytearray(READ_BYTES)
         self._view = memoryview(self._buf)
         self.now = 0
@@ -142,6 +146,10 @@ class TcpFront:
         if self._listener_paused:
             self._listener_paused = False
             self.epoll.modify(self._listener_fd, _IN)
+        for conn in self._paused:
+            if conn.handle is not None:
+                self.epoll.modify(conn.handle.fileno(), _IN_OUT if conn.out else _IN)
+        self._paused.clear()
         self.ctr[C.TCP_OPEN] = len(self.table)
         self.ctr[C.TCP_PENDING] = len(self.table.pending)
 
@@ -186,6 +194,14 @@ class TcpFront:
 
     def _read(self, conn: TcpConn) -> None:
         sock = conn.handle
+        bound = conn.state != PENDING  # a pending connection: its first frame only
+        if bound:
+            allowed = min(self.limits.max_frames_per_read, conn.refill(self.clock_s, self.limits))
+            if allowed < 1:
+                self._pause(conn)
+                return
+        else:
+            allowed = 1
         try:
             n = sock.recv_into(self._buf, READ_BYTES, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
@@ -197,7 +213,7 @@ class TcpFront:
             self._close(conn, "client_closed")
             return
         try:
-            frames, taken = conn.take(self._view[:n], self.now, self.limits.max_frames_per_read)
+            frames, taken = conn.take(self._view[:n], self.now, allowed)
             # Only what was taken leaves the kernel (the frames are copies already); the rest
             # is read in a later round. (``taken`` is never 0 here: 0 would mean "all".)
             sock.recv_into(self._buf, taken)
@@ -212,10 +228,20 @@ class TcpFront:
                     return
             self._close(conn, exc.reason)
             return
+        if bound:
+            conn.read_frames(len(frames))
         for f in frames:
             self._from_client(conn, f)
             if conn.handle is None:
                 return
+        if bound and len(frames) == allowed < self.limits.max_frames_per_read:
+            self._pause(conn)  # its bucket is dry: what it sends next waits in the kernel
+
+    def _pause(self, conn: TcpConn) -> None:
+        """Stop reading a connection until the tick (writing to it goes on)."""
+        self._paused.add(conn)
+        self.epoll.modify(conn.handle.fileno(), _OUT if conn.out else 0)
+        self.ctr[C.TCP_PAUSED] += 1
 
     def _from_client(self, conn: TcpConn, data: bytes) -> None:
         """One frame of a client: admitted, or forwarded, or dropped (counted); the order is
@@ -233,11 +259,9 @@ class TcpFront:
             if refused is not None:
                 ctr[_DROP[refused]] += 1
                 return
-        else:
-            refused = conn.spend(len(data), self.clock_s, self.limits)
-            if refused is not None:
-                ctr[_DROP[refused]] += 1
-                return
+        elif not conn.spend_bytes(len(data)):  # refilled by this round's _read
+            ctr[_DROP["byte_rate"]] += 1
+            return
         try:
             self.internal.sendto(conn.header + data, conn.target.address)
         except OSError:
@@ -305,7 +329,7 @@ class TcpFront:
             if len(out) > self.limits.max_write_bytes:
                 self._close(conn, "slow_reader")
                 return
-            self.epoll.modify(conn.handle.fileno(), _IN_OUT)
+            self.epoll.modify(conn.handle.fileno(), _OUT if conn in self._paused else _IN_OUT)
 
     def _flush(self, conn: TcpConn) -> None:
         out = conn.out
@@ -318,7 +342,7 @@ class TcpFront:
             return
         del out[:sent]
         if not out:
-            self.epoll.modify(conn.handle.fileno(), _IN)
+            self.epoll.modify(conn.handle.fileno(), 0 if conn in self._paused else _IN)
 
     def _close(self, conn: TcpConn, reason: str) -> None:
         """Close and forget a connection (the table entry first: its key reaches nothing)."""
@@ -331,6 +355,7 @@ class TcpFront:
         if sock is None:
             return
         conn.handle = None
+        self._paused.discard(conn)
         fd = sock.fileno()
         self._by_fd.pop(fd, None)
         with contextlib.suppress(OSError):

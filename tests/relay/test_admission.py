@@ -41,7 +41,7 @@ NOT_ADMISSION = {
 }
 # Drops of an ICE-TCP connection's later frames: relay.tcpconns's budgets and floors, and
 # ``rechecks`` (its own tests below).
-TCP_FRAMES = {"frame_too_short", "frame_rate", "byte_rate", "other_hint"}
+TCP_FRAMES = {"frame_too_short", "byte_rate", "other_hint"}
 
 
 def key(host: str = "93.184.216.34", port: int = 40000) -> object:

@@ -199,18 +199,22 @@ def test_the_floors_of_each_class():
     assert MIN_FRAME_BYTES[0x80] == 12 and MIN_FRAME_BYTES[0xBF] == 12  # RTP, RTCP
 
 
-def test_a_confirmed_connections_buckets_bound_frames_and_bytes_and_refill_with_time():
+def test_a_connections_frame_bucket_bounds_the_frames_read_and_refills_with_time():
     lim = TcpLimits(frame_rate_per_s=100, byte_rate_per_s=100_000, max_frame_bytes=1000)
     conn = TcpConn(1, b"p", 0, lim.max_frame_bytes)
-    got = [conn.spend(12, 10.0, lim) for _ in range(30)]
-    assert got.count(None) == 25 and got[25:] == ["frame_rate"] * 5  # a quarter second's worth
-    assert conn.spend(12, 10.05, lim) is None  # 5 more in 50 ms
-    assert [conn.spend(12, 10.05, lim) for _ in range(5)].count(None) == 4
-    big = TcpConn(2, b"p", 0, lim.max_frame_bytes)
-    got = [big.spend(1000, 20.0, lim) for _ in range(30)]
-    assert got.count(None) == 25 and set(got[25:]) == {"frame_rate"}
-    octets = TcpConn(3, b"p", 0, lim.max_frame_bytes)
+    assert conn.refill(10.0, lim) == 25  # a quarter second's worth
+    conn.read_frames(25)
+    assert conn.refill(10.0, lim) == 0
+    assert conn.refill(10.05, lim) == 5  # 5 more in 50 ms
+    conn.read_frames(5)
+    assert conn.refill(20.0, lim) == 25, "never more than the burst"
+
+
+def test_a_confirmed_connections_byte_bucket_bounds_the_bytes_forwarded():
     lim = TcpLimits(frame_rate_per_s=1000, byte_rate_per_s=10_000, max_frame_bytes=1000)
-    got = [octets.spend(1000, 0.0, lim) for _ in range(5)]
-    assert got == [None, None, "byte_rate", "byte_rate", "byte_rate"]  # 2,500 bytes of burst
-    assert octets.spend(1000, 0.1, lim) is None  # 1,000 more in 100 ms
+    conn = TcpConn(1, b"p", 0, lim.max_frame_bytes)
+    conn.refill(0.0, lim)
+    assert [conn.spend_bytes(1000) for _ in range(4)] == [True, True, False, False]  # 2,500 B
+    assert conn.spend_bytes(500)
+    conn.refill(0.1, lim)  # 1,000 more in 100 ms
+    assert conn.spend_bytes(1000) and not conn.spend_bytes(1)

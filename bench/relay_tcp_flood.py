@@ -283,9 +283,27 @@ def report(windows: list[Window], echo=click.echo) -> bool:
 
 
 @click.command("tcp-flood")
-@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True)
-@click.option("--seconds", type=click.FloatRange(0.5, 30), default=3.0, show_default=True)
-@click.option("--ping-rate", type=click.IntRange(10, 2000), default=200, show_default=True)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Rounds; every variant (quiet, unconfirmed, confirmed) gets one window per round.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.5, 30),
+    default=3.0,
+    show_default=True,
+    help="Length of one window: the attack and the victim's pings.",
+)
+@click.option(
+    "--ping-rate",
+    type=click.IntRange(10, 2000),
+    default=200,
+    show_default=True,
+    help="The victim's sequential pings per second.",
+)
 @click.option("--json-out", default=None, help="Write the windows as JSON here.")
 def tcp_flood_bench(rounds: int, seconds: float, ping_rate: int, json_out: str | None) -> None:
     """A UDP call's RTT beside an ICE-TCP connection streaming tiny frames, vs without."""

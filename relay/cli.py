@@ -191,7 +191,8 @@ def main() -> None:
     type=int,
     default=_defaults.pending_ttl_s,
     show_default=True,
-    help="Seconds a pending flow waits for its transceiver's reply.",
+    help="Seconds a pending flow (or an admitted ICE-TCP connection) waits for its "
+    "transceiver's reply.",
 )
 @env_option(
     "--max-flows",

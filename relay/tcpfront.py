@@ -125,8 +125,15 @@ class TcpFront:
                 continue
             if ev & select.EPOLLOUT:
                 self._flush(conn)
-            if ev & ~select.EPOLLOUT and conn.handle is not None:
-                self._read(conn)
+            if conn.handle is None or not ev & ~select.EPOLLOUT:
+                continue
+            if conn in self._paused:
+                # Not read until the tick; a hang-up or error is reported whatever the mask,
+                # and would be reported again every round: the peer is gone, so is the conn.
+                if ev & (select.EPOLLHUP | select.EPOLLERR):
+                    self._close(conn, "client_closed")
+                continue
+            self._read(conn)
         return len(events)
 
     def tick(self, now: int) -> None:

@@ -102,7 +102,7 @@ class TcpFront:
         self._view = memoryview(self._buf)
         self.now = 0
         self.wall = 0.0
-        self.clock_s = 0.0  # the confirmed connections' buckets' clock (monotonic, per round)
+        self.clock_s = 0.0  # the connections' buckets' clock (monotonic, read once per round)
 
     def fileno(self) -> int:
         return self.epoll.fileno()
@@ -209,8 +209,10 @@ class TcpFront:
                 return
         else:
             allowed = 1
+        # No more than those frames can fill, at most (the first one's partial rest included).
+        peek = min(READ_BYTES, allowed * (self.limits.max_frame_bytes + 2))
         try:
-            n = sock.recv_into(self._buf, READ_BYTES, socket.MSG_PEEK)
+            n = sock.recv_into(self._buf, peek, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

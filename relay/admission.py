@@ -15,12 +15,22 @@ least trusting first (docs/relay.md, "Packets"):
 7. the server ufrag is a valid hint (common.hint)               -> ``hint_<reason>``
 8. for this cluster, or another one with a route (--route)     -> ``unknown_cluster``
 9. naming an allowlisted transceiver (this cluster)             -> ``unknown_transceiver``
-10. the flow table's limits for new pending flows (relay.flows) -> ``pending_ufrag_limit``
+10. the transceiver's budget of checks at this worker           -> ``transceiver_stun_rate``
+11. the flow table's limits for new pending flows (relay.flows) -> ``pending_ufrag_limit``
+
+Step 10 bounds what one transceiver receives from the clients without a flow, whichever
+prefixes they come from (the per-prefix budget of step 4 bounds one network only): a token
+bucket per transceiver id (a verified one: only allowlisted ids get one, so the table holds at
+most the allowlist), ``--transceiver-stun-rate`` per second, bursts of as many. Routes are not
+budgeted here (another cluster's relay budgets its own transceivers).
 
 Steps 5-9 (``hint_target``) are shared with the peer ingress of a cluster relay
 (relay.peerflows): a datagram an edge relays without a flow is judged by the same rule. The first
 frame of a TCP connection (ICE over TCP, relay.tcpfront) is judged by all of it, by an instance
-of its own: the same policy, budgets and routing, a flow table of its own.
+of its own: the same policy, budgets and routing, a flow table of its own; and every later
+frame of an admitted connection its transceiver has not answered yet by ``rechecks``, as a
+pending UDP flow's packets are judged by steps 2, 4-10 (a frame cannot be empty, the address
+was judged at accept, and the connection is the flow, so no new one is made).
 
 An accepted datagram has made (or kept) a pending flow and is forwarded to the returned target
 (a transceiver, or a route to another cluster's relays).
@@ -54,6 +64,7 @@ class Admission:
         keys: PeerKeys,
         policy: AddressPolicy,
         first_packets: KeyedBuckets,
+        transceiver_checks: KeyedBuckets,
         flows: FlowTable,
         routing: Routing,
         slot_bytes: int,
@@ -64,6 +75,7 @@ class Admission:
         # Before the HMAC of a hint (~9 us): per source prefix, a bounded table; a spoofed flood
         # from more prefixes than it holds shares one overflow budget (relay.ratelimit).
         self.first_packets = first_packets
+        self.transceiver_checks = transceiver_checks  # step 10, by transceiver id
         self.flows = flows
         self.routing = routing
         self.slot_bytes = slot_bytes  # the receive slot: a datagram that fills it was truncated
@@ -95,11 +107,35 @@ class Admission:
         if isinstance(decided, str):
             return decided
         target, ufrag = decided
+        if target.health is None and not self.transceiver_checks.allow(target.tid, now):
+            return "transceiver_stun_rate"
         try:
             self.flows.admit(key, prefix, ufrag, target.tid, now)
         except FlowLimitError as exc:
             return exc.reason
         return target
+
+    def rechecks(
+        self, datagram: bytes | memoryview, key: Hashable, ufrag: str, now: int, unix_now: float
+    ) -> str | None:
+        """Why a frame of an admitted, unconfirmed TCP connection (client ``key``, admitted with
+        hint ``ufrag``) is dropped, or None to forward it: steps 2, 4-10, and the hint must be
+        the connection's (``other_hint``)."""
+        if CLASS_BY_FIRST_BYTE[datagram[0]] != _STUN:
+            return "not_confirmed"
+        prefix = self.keys.prefix(key)
+        budgets = self.first_packets
+        if not budgets.allow(prefix, now):
+            return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
+        decided = hint_target(datagram, self.routing, self.cluster, unix_now)
+        if isinstance(decided, str):
+            return decided
+        target, got = decided
+        if got != ufrag:
+            return "other_hint"
+        if target.health is None and not self.transceiver_checks.allow(target.tid, now):
+            return "transceiver_stun_rate"
+        return None
 
 
 def hint_target(

@@ -19,6 +19,7 @@ from common.options import (
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS
 from relay.config import (
     METRICS_MAX_CONNECTIONS,
+    TRANSCEIVER_STUN_RATE_PER_S,
     RelayConfig,
     parse_id_range,
     parse_networks,
@@ -199,7 +200,8 @@ def main() -> None:
     type=int,
     default=_defaults.pending_ttl_s,
     show_default=True,
-    help="Seconds a pending flow waits for its transceiver's reply.",
+    help="Seconds a pending flow (or an admitted ICE-TCP connection) waits for its "
+    "transceiver's reply.",
 )
 @env_option(
     "--max-flows",
@@ -334,6 +336,16 @@ def main() -> None:
     "beyond, new prefixes share one such budget.",
 )
 @env_option(
+    "--transceiver-stun-rate",
+    env="TRANSCEIVER_STUN_RATE",
+    type=int,
+    default=TRANSCEIVER_STUN_RATE_PER_S,
+    show_default=True,
+    help="Per worker, hinted STUN checks per second forwarded to one transceiver from clients "
+    "without a confirmed flow, from any prefixes (bursts of as many); beyond, dropped as "
+    "transceiver_stun_rate.",
+)
+@env_option(
     "--deny-network",
     "deny_networks",
     env="DENY_NETWORKS",
@@ -461,6 +473,42 @@ def main() -> None:
     help="Bytes queued toward a TCP client that does not read; beyond, the connection is "
     "closed (a slow reader is dropped, not buffered).",
 )
+@env_option(
+    "--tcp-max-per-hint",
+    env="TCP_MAX_PER_HINT",
+    type=int,
+    default=_tcp_defaults.max_per_hint,
+    show_default=True,
+    help="Per worker, TCP connections admitted with one hint; at the cap its oldest unconfirmed "
+    "connection is evicted, or the newcomer closed.",
+)
+@env_option(
+    "--tcp-frame-rate",
+    env="TCP_FRAME_RATE",
+    type=int,
+    default=_tcp_defaults.frame_rate_per_s,
+    show_default=True,
+    help="Frames per second one confirmed TCP connection may send (bursts of a quarter second's "
+    "worth); beyond, dropped as frame_rate.",
+)
+@env_option(
+    "--tcp-byte-rate",
+    env="TCP_BYTE_RATE",
+    type=int,
+    default=_tcp_defaults.byte_rate_per_s,
+    show_default=True,
+    help="Payload bytes per second one confirmed TCP connection may send (bursts of a quarter "
+    "second's worth); beyond, dropped as byte_rate.",
+)
+@env_option(
+    "--tcp-frames-per-read",
+    env="TCP_FRAMES_PER_READ",
+    type=int,
+    default=_tcp_defaults.max_frames_per_read,
+    show_default=True,
+    help="Frames taken from one TCP connection per round; the rest waits in the kernel, so the "
+    "TCP window throttles a fast sender.",
+)
 @log_level_option()
 def serve(**opts: Any) -> None:
     """Run the relay: a supervisor and its pinned workers on one public UDP port."""
@@ -544,6 +592,9 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
         redis_timeout_ms=int(opts["redis_timeout_ms"]),
         redis_lookups_per_s=int(opts["redis_lookups_per_s"]),
         first_packet_rate_per_s=int(opts["first_packet_rate"]),
+        transceiver_stun_rate_per_s=int(
+            opts.get("transceiver_stun_rate", TRANSCEIVER_STUN_RATE_PER_S)
+        ),
         deny_networks=parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)
         + parse_networks("--deny-network", opts["deny_networks"] or ()),
         allow_networks=parse_networks("--allow-network", opts["allow_networks"] or ()),
@@ -562,5 +613,13 @@ def build_config(opts: dict[str, Any]) -> RelayConfig:
             idle_timeout_s=int(opts["idle_ttl"]),
             max_frame_bytes=int(opts.get("tcp_max_frame", _tcp_defaults.max_frame_bytes)),
             max_write_bytes=int(opts.get("tcp_write_buffer", _tcp_defaults.max_write_bytes)),
+            # An admitted connection waits for its transceiver as long as a pending UDP flow.
+            unconfirmed_timeout_s=int(opts["pending_ttl"]),
+            max_per_hint=int(opts.get("tcp_max_per_hint", _tcp_defaults.max_per_hint)),
+            frame_rate_per_s=int(opts.get("tcp_frame_rate", _tcp_defaults.frame_rate_per_s)),
+            byte_rate_per_s=int(opts.get("tcp_byte_rate", _tcp_defaults.byte_rate_per_s)),
+            max_frames_per_read=int(
+                opts.get("tcp_frames_per_read", _tcp_defaults.max_frames_per_read)
+            ),
         ),
     ).validate()

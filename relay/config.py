@@ -22,6 +22,7 @@ from relay.tcpconns import TcpLimits
 # Open connections to the relay's --metrics listener: probes and a scraper or two need a handful,
 # and each connection is a thread of the supervisor while it lasts.
 METRICS_MAX_CONNECTIONS = 128
+TRANSCEIVER_STUN_RATE_PER_S = 2000  # --transceiver-stun-rate's default
 
 
 def parse_route(option: str, text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
@@ -124,6 +125,10 @@ class RelayConfig:
     # worker, bursts of twice that; prefixes tracked at once (beyond: one shared budget).
     first_packet_rate_per_s: int = 500
     first_packet_prefixes: int = 16384
+    # Hinted STUN checks forwarded to one transceiver per second, per worker, from clients
+    # without a confirmed flow (UDP) or connection (TCP), whatever their prefixes; bursts of as
+    # many (relay.admission step 10).
+    transceiver_stun_rate_per_s: int = TRANSCEIVER_STUN_RATE_PER_S
     # Client addresses never admitted nor sent to (relay.addresspolicy): the built-in ranges plus
     # --deny-network; --allow-network exceptions win.
     deny_networks: tuple[Network, ...] = field(
@@ -210,6 +215,7 @@ class RelayConfig:
             ("--idle-ttl", lim.idle_ttl_s),
             ("--max-hint-age", self.max_hint_age_s),
             ("--first-packet-rate", self.first_packet_rate_per_s),
+            ("--transceiver-stun-rate", self.transceiver_stun_rate_per_s),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")
@@ -243,6 +249,10 @@ class RelayConfig:
             ("--tcp-max-pending", lim.max_pending),
             ("--tcp-pending-timeout", lim.pending_timeout_s),
             ("--tcp-write-buffer", lim.max_write_bytes),
+            ("--tcp-max-per-hint", lim.max_per_hint),
+            ("--tcp-frame-rate", lim.frame_rate_per_s),
+            ("--tcp-byte-rate", lim.byte_rate_per_s),
+            ("--tcp-frames-per-read", lim.max_frames_per_read),
         ):
             if value <= 0:
                 raise ConfigError(option, f"must be > 0, got {value}")

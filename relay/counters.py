@@ -56,6 +56,14 @@ DROP_REASONS = (
     "send_error",
     "hop_limit",  # an encapsulated datagram from another relay whose hop limit ran out (a loop)
     "peer_denied",  # a datagram at --peer-listen from a source outside every --peer-network
+    # A hinted STUN check over the transceiver's budget at this worker (--transceiver-stun-rate).
+    "transceiver_stun_rate",
+    # ICE over TCP only (relay.tcpconns): a frame below its class's floor (STUN 20, DTLS 13,
+    # RTP 12 bytes); over a confirmed connection's --tcp-byte-rate; a STUN frame of an
+    # unconfirmed connection naming another hint than the one it was admitted with.
+    "frame_too_short",
+    "byte_rate",
+    "other_hint",
 )
 DROP_INDEX = {reason: i for i, reason in enumerate(DROP_REASONS)}
 
@@ -106,7 +114,8 @@ TCP_ACCEPTED = TCP_DROPS + len(DROP_REASONS)
 TCP_CLOSED = TCP_ACCEPTED + 1  # + index in relay.tcpconns.CLOSE_REASONS
 TCP_OPEN = TCP_CLOSED + len(CLOSE_REASONS)  # gauge: every connection
 TCP_PENDING = TCP_OPEN + 1  # gauge: connections without a valid first frame yet
-SLOTS = TCP_PENDING + 1
+TCP_PAUSED = TCP_PENDING + 1  # connections not read until the tick (over --tcp-frame-rate)
+SLOTS = TCP_PAUSED + 1
 
 # BUCKET_OF[n] is the slot for a batch of n packets; batches never exceed the largest bound.
 BUCKET_OF = tuple(
@@ -175,6 +184,12 @@ class RelayCollector:
             "TCP connections closed (or refused at accept), by reason.",
             labels=["worker", "reason"],
         )
+        paused = CounterMetricFamily(
+            "rtcedge_relay_tcp_reads_paused",
+            "Times a TCP connection was left unread until the next tick: it sent more than "
+            "--tcp-frame-rate frames (the rest waits in the kernel, throttling the sender).",
+            labels=["worker"],
+        )
         conns = GaugeMetricFamily(
             "rtcedge_relay_tcp_connections",
             "TCP connections open now: pending (no valid first frame yet) or admitted.",
@@ -231,6 +246,7 @@ class RelayCollector:
                 for r, reason in enumerate(DROP_REASONS):
                     drops.add_metric([name, reason, "tcp"], b[TCP_DROPS + r])
                 accepted.add_metric([name], b[TCP_ACCEPTED])
+                paused.add_metric([name], b[TCP_PAUSED])
                 for r, reason in enumerate(CLOSE_REASONS):
                     closed.add_metric([name, reason], b[TCP_CLOSED + r])
                 pending = b[TCP_PENDING]
@@ -265,5 +281,5 @@ class RelayCollector:
         yield from (packets, octets, drops, created, expired, evicted, restored, redis_ops)
         yield from (active, batch, failovers)
         if self.tcp:
-            yield from (accepted, closed, conns)
+            yield from (accepted, closed, conns, paused)
         yield from self.state.metrics()  # type: ignore[attr-defined]

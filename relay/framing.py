@@ -62,15 +62,32 @@ class FrameDecoder:
 
         After an error the decoder's state is undefined: the connection is to be closed.
         """
+        return self.take(data, len(data) + 1)[0]
+
+    def take(
+        self, data: bytes | bytearray | memoryview, max_frames: int
+    ) -> tuple[list[bytes], int]:
+        """At most ``max_frames`` of the frames ``data`` completes, and how many bytes of
+        ``data`` were taken for them. Below the cap every byte is taken (an incomplete last
+        frame is buffered); at the cap taking stops right after the last frame returned, and
+        the rest of ``data`` is to be fed again later (the I/O side peeks, then reads only what
+        was taken: the rest stays in the kernel, whose window then throttles the sender).
+        Errors as ``feed``'s.
+        """
         buf = self._buf
-        if buf:
+        held = len(buf)
+        if held:
             buf += data
             view: bytes | bytearray | memoryview = buf
         else:
             view = data  # the common case (whole frames per read): no copy into the buffer
-        frames = []
+        frames: list[bytes] = []
         at, end, limit = 0, len(view), self.max_frame_bytes
         while end - at >= LENGTH_BYTES:
+            if len(frames) >= max_frames:
+                if held:  # a frame was completed, so ``at`` is past what was held
+                    buf.clear()
+                return frames, at - held
             n = (view[at] << 8) | view[at + 1]
             if n == 0:
                 raise FramingError(ZERO_LENGTH, frames)
@@ -81,8 +98,8 @@ class FrameDecoder:
             at += LENGTH_BYTES
             frames.append(bytes(view[at : at + n]))
             at += n
-        if buf:
+        if held:
             del buf[:at]
         elif at < end:
             buf += view[at:end]
-        return frames
+        return frames, len(data)

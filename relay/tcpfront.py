@@ -9,11 +9,23 @@ there may be thousands of connections, and this is not the hot path).
 
 Client -> transceiver: the first frame of a connection must be admitted by the same rule as a UDP
 first packet (a TCP instance of relay.admission, sharing the address policy, the first-packet
-budgets and the routing tables, with its own flow table for the per-hint budgets); its drop
-reasons are the same counters under transport="tcp". Then every frame goes to the connection's
-transceiver, encapsulated like a UDP datagram with the connection's address and ``FLAG_TCP``,
-from the worker's internal socket; until the transceiver first sent on it only STUN passes
-(``not_confirmed``), as for a pending UDP flow.
+and per-transceiver budgets and the routing tables, with its own flow table for the per-hint
+budgets); its drop reasons are the same counters under transport="tcp". Later frames go to the
+connection's transceiver, encapsulated like a UDP datagram with the connection's address and
+``FLAG_TCP``, from the worker's internal socket, if they pass, in this order (each drop counted
+by its reason):
+
+1. the class's floor (relay.tcpconns ``MIN_FRAME_BYTES``)         -> ``frame_too_short``
+2. until the transceiver first sent on it, the rule of a pending UDP flow's packets
+   (relay.admission ``rechecks``: only STUN, budgets, the same hint) -> its reasons
+3. after that, the connection's byte bucket                        -> ``byte_rate``
+
+Reads are bounded in frames, not only bytes (a stream of 4-byte frames would otherwise be 16,384
+frames per 64 KiB read): a round takes at most ``max_frames_per_read`` frames of a connection,
+and at most what its frame bucket holds (``--tcp-frame-rate``; a pending connection: its first
+frame only). It peeks, then reads just the bytes of the frames taken; the rest waits in the
+kernel. A connection whose frame bucket ran dry is not read again until the tick, so its
+sender's window closes: TCP throttles the sender, not the worker.
 
 Transceiver -> client: the worker's per-packet path hands a datagram with ``FLAG_TCP``
 (``to_client``); it is framed onto the connection of that address if that connection belongs to
@@ -30,10 +42,10 @@ import contextlib
 import select
 import socket
 import struct
+import time
 from collections.abc import Hashable
 
 from common import encap
-from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from relay import counters as C
 from relay.admission import Admission
 from relay.framing import FramingError, frame
@@ -43,20 +55,20 @@ from relay.routing import Routing, Target
 from relay.tcpconns import (
     ADMITTED,
     CLOSE_INDEX,
-    CONFIRMED,
+    MIN_FRAME_BYTES,
     PENDING,
     TcpConn,
     TcpConnTable,
     TcpLimits,
 )
 
-READ_BYTES = 65536  # one recv per readable connection and round
+READ_BYTES = 65536  # at most one peek of this per readable connection and round
 ACCEPTS_PER_ROUND = 64  # a flood of connections cannot starve the UDP path
 EVENTS_PER_ROUND = 256
 SEND_BUFFER_BYTES = 65536  # the kernel's share of a slow reader's backlog, fixed (no autotuning)
 _LINGER_RESET = struct.pack("ii", 1, 0)
-_STUN = int(PacketClass.STUN)
 _IN = select.EPOLLIN
+_OUT = select.EPOLLOUT
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _DROP = {reason: C.TCP_DROPS + i for i, reason in enumerate(C.DROP_REASONS)}
 
@@ -85,10 +97,12 @@ class TcpFront:
         self._listener_fd = listener.fileno()
         self._listener_paused = False  # after a failed accept, until the next tick
         self._by_fd: dict[int, TcpConn] = {}
+        self._paused: set[TcpConn] = set()  # not read until the tick (frame bucket dry)
         self._buf = bytearray(READ_BYTES)
         self._view = memoryview(self._buf)
         self.now = 0
         self.wall = 0.0
+        self.clock_s = 0.0  # the connections' buckets' clock (monotonic, read once per round)
 
     def fileno(self) -> int:
         return self.epoll.fileno()
@@ -100,6 +114,7 @@ class TcpFront:
         if not events:
             return 0
         self.now, self.wall = now, wall
+        self.clock_s = time.monotonic()  # once per round with events, not per frame
         by_fd = self._by_fd
         for fd, ev in events:
             if fd == self._listener_fd:
@@ -110,8 +125,15 @@ class TcpFront:
                 continue
             if ev & select.EPOLLOUT:
                 self._flush(conn)
-            if ev & ~select.EPOLLOUT and conn.handle is not None:
-                self._read(conn)
+            if conn.handle is None or not ev & ~select.EPOLLOUT:
+                continue
+            if conn in self._paused:
+                # Not read until the tick; a hang-up or error is reported whatever the mask,
+                # and would be reported again every round: the peer is gone, so is the conn.
+                if ev & (select.EPOLLHUP | select.EPOLLERR):
+                    self._close(conn, "client_closed")
+                continue
+            self._read(conn)
         return len(events)
 
     def tick(self, now: int) -> None:
@@ -131,6 +153,10 @@ class TcpFront:
         if self._listener_paused:
             self._listener_paused = False
             self.epoll.modify(self._listener_fd, _IN)
+        for conn in self._paused:
+            if conn.handle is not None:
+                self.epoll.modify(conn.handle.fileno(), _IN_OUT if conn.out else _IN)
+        self._paused.clear()
         self.ctr[C.TCP_OPEN] = len(self.table)
         self.ctr[C.TCP_PENDING] = len(self.table.pending)
 
@@ -174,8 +200,19 @@ class TcpFront:
                 self._close(got, "error")
 
     def _read(self, conn: TcpConn) -> None:
+        sock = conn.handle
+        bound = conn.state != PENDING  # a pending connection: its first frame only
+        if bound:
+            allowed = min(self.limits.max_frames_per_read, conn.refill(self.clock_s, self.limits))
+            if allowed < 1:
+                self._pause(conn)
+                return
+        else:
+            allowed = 1
+        # No more than those frames can fill, at most (the first one's partial rest included).
+        peek = min(READ_BYTES, allowed * (self.limits.max_frame_bytes + 2))
         try:
-            n = conn.handle.recv_into(self._buf)
+            n = sock.recv_into(self._buf, peek, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -185,7 +222,13 @@ class TcpFront:
             self._close(conn, "client_closed")
             return
         try:
-            frames = conn.feed(self._view[:n], self.now)
+            frames, taken = conn.take(self._view[:n], self.now, allowed)
+            # Only what was taken leaves the kernel (the frames are copies already); the rest
+            # is read in a later round. (``taken`` is never 0 here: 0 would mean "all".)
+            sock.recv_into(self._buf, taken)
+        except OSError:
+            self._close(conn, "client_closed")
+            return
         except FramingError as exc:
             # The frames before the bad length go on, as they would have from an earlier read.
             for f in exc.frames:
@@ -194,33 +237,40 @@ class TcpFront:
                     return
             self._close(conn, exc.reason)
             return
+        if bound:
+            conn.read_frames(len(frames))
         for f in frames:
             self._from_client(conn, f)
             if conn.handle is None:
                 return
+        if bound and len(frames) == allowed < self.limits.max_frames_per_read:
+            self._pause(conn)  # its bucket is dry: what it sends next waits in the kernel
+
+    def _pause(self, conn: TcpConn) -> None:
+        """Stop reading a connection until the tick (writing to it goes on)."""
+        self._paused.add(conn)
+        self.epoll.modify(conn.handle.fileno(), _OUT if conn.out else 0)
+        self.ctr[C.TCP_PAUSED] += 1
 
     def _from_client(self, conn: TcpConn, data: bytes) -> None:
-        """One frame of a client: admitted, or forwarded, or dropped (counted)."""
+        """One frame of a client: admitted, or forwarded, or dropped (counted); the order is
+        the module docstring's. A client's frame never refreshes its connection."""
         ctr = self.ctr
-        if conn.state == PENDING:
-            verdict = self.admission.accepts(data, conn.key, self.now, self.wall)
-            if isinstance(verdict, str):
-                ctr[_DROP[verdict]] += 1
-                self._close(conn, "first_frame")
+        state = conn.state
+        if state == PENDING:
+            if not self._admit(conn, data):
                 return
-            self.admission.flows.forget_pending(conn.key)  # the connection is the flow
-            if verdict.health is not None:  # a route's: relay tiers carry UDP only (docs)
-                self._close(conn, "routed_hint")
-                return
-            port, address = self.keys.port_and_address(conn.key)
-            header = encap.encode_header_packed(
-                self.keys.ip_version, address, int.from_bytes(port, "big"), flags=encap.FLAG_TCP
-            )
-            self.table.admit(conn, verdict, header)
-        elif conn.state == ADMITTED and CLASS_BY_FIRST_BYTE[data[0]] != _STUN:
-            ctr[_DROP["not_confirmed"]] += 1
+        elif len(data) < MIN_FRAME_BYTES[data[0]]:
+            ctr[_DROP["frame_too_short"]] += 1
             return
-        conn.last_frame = self.now
+        elif state == ADMITTED:
+            refused = self.admission.rechecks(data, conn.key, conn.ufrag, self.now, self.wall)
+            if refused is not None:
+                ctr[_DROP[refused]] += 1
+                return
+        elif not conn.spend_bytes(len(data)):  # refilled by this round's _read
+            ctr[_DROP["byte_rate"]] += 1
+            return
         try:
             self.internal.sendto(conn.header + data, conn.target.address)
         except OSError:
@@ -229,13 +279,39 @@ class TcpFront:
         ctr[C.TCP_PACKETS] += 1
         ctr[C.TCP_BYTES] += len(data)
 
+    def _admit(self, conn: TcpConn, data: bytes) -> bool:
+        """A pending connection's first frame: is it admitted (the connection then bound to its
+        target and hint)? If not, the connection is closed and why counted."""
+        verdict = self.admission.accepts(data, conn.key, self.now, self.wall)
+        if isinstance(verdict, str):
+            self.ctr[_DROP[verdict]] += 1
+            self._close(conn, "first_frame")
+            return False
+        flows = self.admission.flows
+        ufrag = flows.pending[conn.key].ufrag  # what accepts() just admitted
+        flows.forget_pending(conn.key)  # the connection is the flow
+        if verdict.health is not None:  # a route's: relay tiers carry UDP only (docs)
+            self._close(conn, "routed_hint")
+            return False
+        port, address = self.keys.port_and_address(conn.key)
+        header = encap.encode_header_packed(
+            self.keys.ip_version, address, int.from_bytes(port, "big"), flags=encap.FLAG_TCP
+        )
+        refused, evicted = self.table.admit(conn, verdict, header, ufrag, self.now)
+        for old in evicted:
+            self._closed(old, "evicted")
+        if refused is not None:
+            self._close(conn, refused)
+            return False
+        return True
+
     def to_client(self, key: Hashable, target: Target, payload: memoryview) -> None:
         """A transceiver's datagram with FLAG_TCP: framed onto its client's connection."""
         conn = self.table.get(key)
         if conn is None or conn.target is None or conn.target.tid != target.tid:
             self.ctr[_DROP["no_flow"]] += 1
             return
-        conn.state = CONFIRMED
+        self.table.confirm(conn)  # the target's traffic, and only it, keeps a connection
         conn.last_frame = self.now
         try:
             data = frame(payload)
@@ -262,7 +338,7 @@ class TcpFront:
             if len(out) > self.limits.max_write_bytes:
                 self._close(conn, "slow_reader")
                 return
-            self.epoll.modify(conn.handle.fileno(), _IN_OUT)
+            self.epoll.modify(conn.handle.fileno(), _OUT if conn in self._paused else _IN_OUT)
 
     def _flush(self, conn: TcpConn) -> None:
         out = conn.out
@@ -275,7 +351,7 @@ class TcpFront:
             return
         del out[:sent]
         if not out:
-            self.epoll.modify(conn.handle.fileno(), _IN)
+            self.epoll.modify(conn.handle.fileno(), 0 if conn in self._paused else _IN)
 
     def _close(self, conn: TcpConn, reason: str) -> None:
         """Close and forget a connection (the table entry first: its key reaches nothing)."""
@@ -288,6 +364,7 @@ class TcpFront:
         if sock is None:
             return
         conn.handle = None
+        self._paused.discard(conn)
         fd = sock.fileno()
         self._by_fd.pop(fd, None)
         with contextlib.suppress(OSError):

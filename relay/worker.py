@@ -86,6 +86,7 @@ _TARGET_ID = attrgetter("target_id")
 _TID = attrgetter("tid")
 _STUN = int(PacketClass.STUN)
 MAX_KNOWN_EDGES = 4096  # peer-ingress sources judged by --peer-network, remembered per worker
+MAX_TRANSCEIVER_IDS = 0x10000  # the hint's transceiver id is 16 bits
 
 
 class Worker:
@@ -115,11 +116,14 @@ class Worker:
         self.flows = FlowTable(config.limits)
         self.routing = Routing(config.internal_family, config.max_hint_age_s)
         rate = config.first_packet_rate_per_s
+        checks = config.transceiver_stun_rate_per_s
         self.admission = Admission(
             config.cluster,
             self.keys,
             AddressPolicy(config.deny_networks, config.allow_networks),
             KeyedBuckets(rate, 2 * rate, config.first_packet_prefixes, overflow=True),
+            # Keyed by verified transceiver ids only: at most the allowlist's size.
+            KeyedBuckets(checks, checks, MAX_TRANSCEIVER_IDS),
             self.flows,
             self.routing,
             SLOT_SIZE,
@@ -168,6 +172,7 @@ class Worker:
                 self.keys,
                 self.admission.policy,
                 self.admission.first_packets,
+                self.admission.transceiver_checks,
                 FlowTable(config.limits),
                 self.routing,
                 tcp_limits.max_frame_bytes + 1,
@@ -236,6 +241,7 @@ class Worker:
         self.now = now
         self.wall = time.time()
         self.housekeeping.tick(now)
+        self.admission.transceiver_checks.prune(now)
         if self.tcp is not None:
             self.tcp.tick(now)
 

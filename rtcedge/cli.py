@@ -152,7 +152,17 @@ class Benchmarks(click.Group):
     """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return ["connect", "geo", "plot", "recovery", "relay", "sessions", "ssrc", "tcp"]
+        return [
+            "connect",
+            "geo",
+            "plot",
+            "recovery",
+            "relay",
+            "sessions",
+            "ssrc",
+            "tcp",
+            "tcp-flood",
+        ]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         with from_checkout(f"rtcedge bench {cmd_name}"):
@@ -164,6 +174,10 @@ class Benchmarks(click.Group):
                 from bench.relay_tcp import tcp_bench
 
                 return tcp_bench
+            if cmd_name == "tcp-flood":
+                from bench.relay_tcp_flood import tcp_flood_bench
+
+                return tcp_flood_bench
             if cmd_name == "sessions":
                 from bench.sessions import sessions_bench
 

@@ -39,13 +39,21 @@ NOT_ADMISSION = {
     "hop_limit",
     "peer_denied",
 }
+# Drops of an ICE-TCP connection's later frames: relay.tcpconns's budgets and floors, and
+# ``rechecks`` (its own tests below).
+TCP_FRAMES = {"frame_too_short", "byte_rate", "other_hint"}
 
 
 def key(host: str = "93.184.216.34", port: int = 40000) -> object:
     return KEYS.from_sockaddr(sockaddr_bytes(socket.AF_INET, host, port))
 
 
-def admission(limits: FlowLimits | None = None, rate_per_s: int = 100, prefixes: int = 16):
+def admission(
+    limits: FlowLimits | None = None,
+    rate_per_s: int = 100,
+    prefixes: int = 16,
+    checks_per_s: int = 1000,
+):
     """Admission for cluster 0, transceiver 1 allowlisted, the built-in denied ranges."""
     routing = Routing(socket.AF_INET, MAX_HINT_AGE_S)
     routing.apply(RoutingConfig(KEYRING, {1: TRANSCEIVER}))
@@ -54,6 +62,7 @@ def admission(limits: FlowLimits | None = None, rate_per_s: int = 100, prefixes:
         keys=KEYS,
         policy=AddressPolicy(parse_networks("--deny-network", DEFAULT_DENY_NETWORKS)),
         first_packets=KeyedBuckets(rate_per_s, 2 * rate_per_s, prefixes, overflow=True),
+        transceiver_checks=KeyedBuckets(checks_per_s, checks_per_s, 16),
         flows=FlowTable(limits or FlowLimits()),
         routing=routing,
         slot_bytes=SLOT_BYTES,
@@ -98,6 +107,15 @@ def _second_client_of_one_hint() -> list:
     return verdicts(adm, request, client=key("93.184.2.1"))
 
 
+def _checks_from_many_prefixes(adm: Admission | None = None) -> list:
+    """Each from its own /24, so no prefix budget is spent out: only the transceiver's is."""
+    adm = adm or admission(checks_per_s=3)
+    return [
+        adm.accepts(memoryview(check(hint())), key(f"93.184.{i}.1"), NOW, UNIX_NOW)
+        for i in range(4)
+    ]
+
+
 def _flipped_tag() -> list:
     ufrag = hint()
     return verdicts(admission(), check(with_byte(ufrag, -1, base64.b64decode(ufrag)[-1] ^ 1)))
@@ -122,6 +140,7 @@ SCENARIOS: dict[str, Callable[[], list]] = {
     "hint_future": lambda: verdicts(admission(), check(hint(issued_s=UNIX_NOW + 3600))),
     "unknown_cluster": lambda: verdicts(admission(), check(hint(cluster=1))),
     "unknown_transceiver": lambda: verdicts(admission(), check(hint(tid=9))),
+    "transceiver_stun_rate": _checks_from_many_prefixes,
     "pending_ufrag_limit": _second_client_of_one_hint,
 }
 
@@ -132,7 +151,7 @@ def test_each_drop_reason_is_returned_by_its_check(reason):
 
 
 def test_every_drop_reason_of_a_client_packet_has_a_scenario():
-    assert set(SCENARIOS) == set(DROP_REASONS) - NOT_ADMISSION
+    assert set(SCENARIOS) == set(DROP_REASONS) - NOT_ADMISSION - TCP_FRAMES
 
 
 # -- what is accepted ---------------------------------------------------------------------------
@@ -206,3 +225,58 @@ def test_denies_judges_the_address_of_a_key_by_the_policy():
     adm = admission()
     assert adm.denies(key("10.0.0.1")) and adm.denies(key("169.254.169.254"))
     assert not adm.denies(key("93.184.216.34"))
+
+
+# -- the per-transceiver budget of checks ----------------------------------------------------------
+def test_a_transceivers_check_budget_spans_prefixes_and_refills_with_time():
+    adm = admission(checks_per_s=3)
+    assert [getattr(v, "tid", v) for v in _checks_from_many_prefixes(adm)] == [
+        1,
+        1,
+        1,
+        "transceiver_stun_rate",
+    ]
+    assert len(adm.flows.pending) == 3, "a refused check makes no pending flow"
+    later = adm.accepts(memoryview(check(hint())), key("93.185.0.1"), NOW + 1, UNIX_NOW)
+    assert later.tid == 1
+
+
+def test_forged_hints_spend_no_transceiver_budget():
+    adm = admission(checks_per_s=1)
+    ufrag = hint()
+    forged = with_byte(ufrag, -1, base64.b64decode(ufrag)[-1] ^ 1)
+    assert verdicts(adm, *[check(forged)] * 5) == ["hint_bad_tag"] * 5
+    assert verdicts(adm, check(ufrag))[0].tid == 1
+
+
+# -- later frames of an admitted, unconfirmed ICE-TCP connection (rechecks) ----------------------
+def rechecks(adm: Admission, ufrag: str, *frames: bytes, client: object = None) -> list:
+    client = key() if client is None else client
+    return [adm.rechecks(memoryview(f), client, ufrag, NOW, UNIX_NOW) for f in frames]
+
+
+def test_rechecks_forward_the_connections_own_checks_and_nothing_else():
+    adm = admission()
+    ufrag = hint()
+    assert rechecks(adm, ufrag, check(ufrag), b"\x80rtp", b"\x16dtls", check(hint(tid=9))) == [
+        None,
+        "not_confirmed",
+        "not_confirmed",
+        "unknown_transceiver",
+    ]
+    other = sign_hint(KEYRING, 0, 1, UNIX_NOW, b"\x01" * NONCE_LEN)
+    assert rechecks(adm, ufrag, check(other)) == ["other_hint"]
+    assert not adm.flows.pending, "the connection is the flow: rechecks make none"
+
+
+def test_rechecks_spend_the_prefix_and_transceiver_budgets_as_first_packets_do():
+    adm = admission(rate_per_s=1)  # a burst of 2 per prefix
+    ufrag = hint()
+    assert rechecks(adm, ufrag, *[b"\x00\x01\x00\x00junk"] * 2, check(ufrag)) == [
+        "stun_malformed",
+        "stun_malformed",
+        "first_packet_rate",
+    ]
+    adm = admission(checks_per_s=2)
+    got = [rechecks(adm, ufrag, check(ufrag), client=key(f"93.184.{i}.1"))[0] for i in range(3)]
+    assert got == [None, None, "transceiver_stun_rate"]

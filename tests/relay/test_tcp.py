@@ -65,9 +65,9 @@ def test_a_hinted_binding_request_over_tcp_reaches_the_transceiver_flagged_and_i
     assert standin.received[-1][:2] == client.address
     assert standin.received_flags[-1] == encap.FLAG_TCP
     # Then DTLS and RTP, both ways, on the same connection.
-    client.send(b"\x16dtls hello")
-    client.send(b"\x80rtp 1")
-    assert client.frames(2) == [b"T3:\x16dtls hello", b"T3:\x80rtp 1"]
+    client.send(b"\x16dtls hello, ok")
+    client.send(b"\x80rtp 1 of many")
+    assert client.frames(2) == [b"T3:\x16dtls hello, ok", b"T3:\x80rtp 1 of many"]
     assert standin.received_flags[-2:] == [encap.FLAG_TCP] * 2
     relay_worker = standin.relay_of_client[client.address]
     standin.send_to_client(relay_worker, client.address, b"\x80from T3", flags=encap.FLAG_TCP)
@@ -190,12 +190,12 @@ def test_a_flood_of_idle_connections_from_one_source_is_bounded_and_calls_go_on(
     )
     assert _workers_rss_kib(relay) - rss < 8 * 1024, "memory stayed flat"
     # The call in progress was never at risk (only pending connections are evicted) ...
-    call.send(b"\x80still here")
-    assert call.frames(1) == [b"T3:\x80still here"]
+    call.send(b"\x80still here, ok")
+    assert call.frames(1) == [b"T3:\x80still here, ok"]
     # ... and a new call gets in.
     fresh = connected(relay)
-    fresh.send(b"\x16new call")
-    assert fresh.frames(1) == [b"T3:\x16new call"]
+    fresh.send(b"\x16new call, ok")
+    assert fresh.frames(1) == [b"T3:\x16new call, ok"]
     # The flood's survivors time out (--tcp-pending-timeout 1).
     assert wait_for(
         lambda: relay.metric("rtcedge_relay_tcp_connections", state="pending"), 0, timeout_s=5

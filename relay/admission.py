@@ -25,7 +25,7 @@ most the allowlist), ``--transceiver-stun-rate`` per second, bursts of as many. 
 budgeted here (another cluster's relay budgets its own transceivers).
 
 Steps 5-9 (``hint_target``) are shared with the peer ingress of a cluster relay
-(relay.peerflows): a datagram an edge relays without a flow is judged by the same rule. The first
+(relay.edgeflows): a datagram an edge relays without a flow is judged by the same rule. The first
 frame of a TCP connection (ICE over TCP, relay.tcpfront) is judged by all of it, by an instance
 of its own: the same policy, budgets and routing, a flow table of its own; and every later
 frame of an admitted connection its transceiver has not answered yet by ``rechecks``, as a
@@ -47,8 +47,8 @@ from common.hint import HintError
 from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from common.stun import StunError, binding_request_username, server_ufrag
 from relay.addresspolicy import AddressPolicy
+from relay.addrkey import AddressKeys
 from relay.flows import FlowLimitError, FlowTable
-from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing, Target
 
@@ -61,7 +61,7 @@ class Admission:
     def __init__(
         self,
         cluster: int,
-        keys: PeerKeys,
+        keys: AddressKeys,
         policy: AddressPolicy,
         first_packets: KeyedBuckets,
         transceiver_checks: KeyedBuckets,

@@ -120,7 +120,7 @@ class ConfirmedFlow:
 
 
 class FlowTable:
-    """Pending and confirmed flows keyed by the client's address (see relay.peerkey)."""
+    """Pending and confirmed flows keyed by the client's address (see relay.addrkey)."""
 
     def __init__(self, limits: FlowLimits) -> None:
         self.limits = limits

@@ -20,8 +20,8 @@ import struct
 from collections.abc import Hashable
 
 from common import encap
+from relay.addrkey import AddressKeys
 from relay.mmsg import ADDR_SLICE, PORT_SLICE
-from relay.peerkey import PeerKeys
 from relay.routing import Target
 
 # A send descriptor: the transceiver's sockaddr pointer and the header's pointer.
@@ -32,7 +32,7 @@ HEADER_STRIDE = -(-encap.HEADER_LEN_V6 // 8) * 8  # bytes per header slot: the l
 class FlowHeaders:
     """Header memory for ``flow_slots`` confirmed flows and ``batch`` scratch entries."""
 
-    def __init__(self, keys: PeerKeys, flow_slots: int, batch: int) -> None:
+    def __init__(self, keys: AddressKeys, flow_slots: int, batch: int) -> None:
         self.keys = keys
         self.header_len = encap.HEADER_LEN[keys.ip_version]
         self._flows = (ctypes.c_char * (flow_slots * HEADER_STRIDE))()

@@ -10,7 +10,7 @@ follow a change, happens here:
 - at start: restore the flows a crashed predecessor journalled; later, those Redis knew;
 - per new or re-pointed flow a transceiver names (``confirm``): the table, its journal slot, its
   send descriptor (relay.headers) and its Redis record, in step;
-- a cluster relay's confirmed peer flows (relay.peerflows) the same way: journalled with their
+- a cluster relay's confirmed peer flows (relay.edgeflows) the same way: journalled with their
   edge in a journal of their own (``peer_journal``), written behind to Redis under the client's
   key (a client is the same client whichever way it came), looked up when an edge sends media
   for a client without one (``look_up_peer``) and restored with the edge that sent it.
@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable, Hashable
 
 from relay import counters as C
+from relay.addrkey import AddressKeys
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
+from relay.edgeflows import EdgeFlow, EdgeFlowTable
 from relay.flowcache import RedisFlowCache
 from relay.flows import EVICTIONS, ConfirmedFlow, FlowTable
 from relay.headers import FlowHeaders
 from relay.journal import FlowJournal
-from relay.peerflows import PeerFlow, PeerFlowTable
-from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing, Target
 
@@ -43,7 +43,7 @@ class Housekeeping:
     def __init__(
         self,
         config: RelayConfig,
-        keys: PeerKeys,
+        keys: AddressKeys,
         flows: FlowTable,
         routing: Routing,
         headers: FlowHeaders,
@@ -65,7 +65,7 @@ class Housekeeping:
         self.ctr = counters
         self.refreshed: set[Hashable] = set()  # clients a transceiver sent to since the last tick
         self.cache: RedisFlowCache | None = None  # started in start(), after the fork
-        self.peer_flows: PeerFlowTable | None = None  # a cluster relay's (relay.peerflows)
+        self.peer_flows: EdgeFlowTable | None = None  # a cluster relay's (relay.edgeflows)
         self.peer_journal: FlowJournal | None = None
         self._peer_lookups: dict[Hashable, bytes] = {}  # in-flight Redis lookups: client -> edge
         self._last_tick = 0
@@ -241,8 +241,8 @@ class Housekeeping:
             raise RuntimeError("flow journal full: out of step with the flow table")
         flow.wire = self.headers.flow_wire(key, target, flow.slot)
 
-    # -- a cluster relay's peer flows (relay.peerflows) ------------------------------------------
-    def peer_confirmed(self, key: Hashable, flow: PeerFlow, now: int) -> None:
+    # -- a cluster relay's peer flows (relay.edgeflows) ------------------------------------------
+    def peer_confirmed(self, key: Hashable, flow: EdgeFlow, now: int) -> None:
         """A peer flow's target answered for the first time, or another target did: journal it
         and write it behind, as ``confirm`` does for a client flow."""
         self.journal_peer(key, flow)
@@ -250,7 +250,7 @@ class Housekeeping:
             flow.stored_at = now
             self.cache.store(key, self.keys.host_port(key), flow.target.tid)
 
-    def journal_peer(self, key: Hashable, flow: PeerFlow) -> None:
+    def journal_peer(self, key: Hashable, flow: EdgeFlow) -> None:
         """(Re)write a confirmed peer flow's record: new, re-pointed, or heard through another
         edge. A journal out of slots (it cannot be: it has one per flow the table may hold, and
         every flow that leaves releases its slot) leaves the flow unjournalled, not the worker

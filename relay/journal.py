@@ -6,11 +6,11 @@ packet). After a crash the replacement worker inherits the same sockets *and* th
 packets that queued in the socket during the gap are forwarded instead of dropped as unknown.
 
 Record layout (32 bytes): state (1 B: 0 free, 1 live) | key length (1 B) | target id, low 16
-bits (2 B, big endian) | key (up to 24 B, see relay.peerkey) | target id, high 16 bits (2 B: a
+bits (2 B, big endian) | key (up to 24 B, see relay.addrkey) | target id, high 16 bits (2 B: a
 route's id, relay.flows.ROUTE_ID_BASE and up) | padding. The state byte is written last and
 cleared first, so a worker killed mid-write leaves at most one record that reads as free.
 
-A journal made with ``extra_len`` (a cluster relay's peer flows, relay.peerflows) appends to each
+A journal made with ``extra_len`` (a cluster relay's peer flows, relay.edgeflows) appends to each
 record a length byte and up to ``extra_len`` bytes (the edge's sockaddr), written before the
 state byte like the rest; its records are 32 bytes longer per 32 bytes of extra.
 """

@@ -30,7 +30,7 @@ W_NAME, W_NAMELEN, W_IOV, W_IOVLEN, W_LEN = 0, 1, 2, 3, 7
 IOVEC_WORDS = 2  # iov_base, iov_len
 
 SOCKADDR_LEN = {socket.AF_INET: 16, socket.AF_INET6: 28}
-# Sockaddrs sit at a word-aligned stride so they can be read as 64-bit words (relay.peerkey).
+# Sockaddrs sit at a word-aligned stride so they can be read as 64-bit words (relay.addrkey).
 NAME_STRIDE = {socket.AF_INET: 16, socket.AF_INET6: 32}
 # Offset and length of the port (network order, as sin_port and sin6_port hold it) and of the
 # address inside the sockaddr.

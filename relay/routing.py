@@ -18,10 +18,10 @@ import ctypes
 from collections.abc import Hashable
 
 from common.hint import HintVerifier
+from relay.addrkey import AddressKeys
 from relay.control import RoutingConfig
 from relay.flows import route_id
 from relay.mmsg import sockaddr_bytes
-from relay.peerkey import PeerKeys
 from relay.routehealth import RouteHealth
 
 
@@ -43,7 +43,7 @@ class Target:
         raw = sockaddr_bytes(self.family, host, port)
         ctypes.memmove(self.ptr, raw, len(raw))
         self.address = (host, port)
-        self.peer_key = PeerKeys(self.family).from_sockaddr(raw)
+        self.peer_key = AddressKeys(self.family).from_sockaddr(raw)
 
 
 class RouteTarget(Target):
@@ -60,7 +60,7 @@ class RouteTarget(Target):
         """New addresses (a reload): in place, since flows point at this object's sockaddr."""
         self.addresses = addresses
         self.health = RouteHealth(len(addresses))
-        keys = PeerKeys(self.family)
+        keys = AddressKeys(self.family)
         self.peer_keys = [
             keys.from_sockaddr(sockaddr_bytes(self.family, h, p)) for h, p in addresses
         ]

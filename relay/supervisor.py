@@ -250,7 +250,7 @@ class Supervisor:
             _raise_open_files_limit()
         self.counters = CounterArea(config.workers)
         self.journals = [FlowJournal(config.limits.max_confirmed_flows) for _ in self.sockets]
-        # A cluster relay's peer flows (relay.peerflows), with the edge's sockaddr in each record.
+        # A cluster relay's peer flows (relay.edgeflows), with the edge's sockaddr in each record.
         self.peer_journals: list[FlowJournal | None] = [None] * len(self.sockets)
         if config.peer_listen is not None:
             edge_len = SOCKADDR_LEN[config.peer_family]

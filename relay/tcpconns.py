@@ -3,7 +3,7 @@
 A TCP connection is its own flow: the kernel's handshake proved the client's address, the first
 frame (a hinted Binding request judged by relay.admission, exactly as a UDP first packet) binds it
 to one transceiver, and the connection's end is the flow's end. So there is no pending/confirmed
-pair of tables here, only connections keyed by the client's (IP, port) (relay.peerkey keys, as
+pair of tables here, only connections keyed by the client's (IP, port) (relay.addrkey keys, as
 the encapsulation header names the client) and three states:
 
 - *pending*: accepted, no valid first frame yet;

@@ -47,10 +47,10 @@ from collections.abc import Hashable
 
 from common import encap
 from relay import counters as C
+from relay.addrkey import AddressKeys
 from relay.admission import Admission
 from relay.framing import FramingError, frame
 from relay.mmsg import sockaddr_bytes
-from relay.peerkey import PeerKeys
 from relay.routing import Routing, Target
 from relay.tcpconns import (
     ADMITTED,
@@ -79,7 +79,7 @@ class TcpFront:
         limits: TcpLimits,
         listener: socket.socket,
         internal: socket.socket,
-        keys: PeerKeys,
+        keys: AddressKeys,
         admission: Admission,
         routing: Routing,
         counters: memoryview,

@@ -13,7 +13,7 @@ creates, refreshes or re-points the confirmed flow (only transceivers ever exten
 Relay tiers (docs/relay.md): a hint for another cluster is admitted to a route (relay.routing),
 which the hot path treats exactly like a transceiver. A cluster relay with --peer-listen also
 reads a third socket, ``_from_peers``: encapsulated datagrams from edge relays, judged per packet
-against relay.peerflows; replies for their clients leave through the edge they came from. While
+against relay.edgeflows; replies for their clients leave through the edge they came from. While
 no peer flow exists, the two batch paths above run as before (one truthiness check per batch).
 
 ICE over TCP (--listen-tcp): relay.tcpfront serves the worker's TCP connections in the same
@@ -55,9 +55,11 @@ from common.encap import (
 from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from relay import counters as C
 from relay.addresspolicy import AddressPolicy
+from relay.addrkey import AddressKeys
 from relay.admission import Admission, hint_target
 from relay.config import RelayConfig
 from relay.control import ControlBlock
+from relay.edgeflows import EdgeFlow, EdgeFlowTable
 from relay.flows import FlowTable, route_id
 from relay.headers import WIRE, FlowHeaders, address_copy_plan, address_fields
 from relay.housekeeping import Housekeeping
@@ -71,8 +73,6 @@ from relay.mmsg import (
     SendBatch,
     sockaddr_to_host_port,
 )
-from relay.peerflows import PeerFlow, PeerFlowTable
-from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import RouteTarget, Routing, Target
 from relay.tcpfront import TcpFront
@@ -111,8 +111,8 @@ class Worker:
         self.family = config.family
         fam = self.family
         batch = config.batch_size
-        self.keys = PeerKeys(fam)
-        self.internal_keys = PeerKeys(config.internal_family)
+        self.keys = AddressKeys(fam)
+        self.internal_keys = AddressKeys(config.internal_family)
         self.flows = FlowTable(config.limits)
         self.routing = Routing(config.internal_family, config.max_hint_age_s)
         rate = config.first_packet_rate_per_s
@@ -152,7 +152,7 @@ class Worker:
             route_id(cluster): C.PACKETS_OF[C.PEER_ROUTES + cluster] for cluster in config.routes
         }
         self.peer = peer
-        self.peer_flows = PeerFlowTable(config.limits, config.peer_path_ttl_s)
+        self.peer_flows = EdgeFlowTable(config.limits, config.peer_path_ttl_s)
         self.housekeeping.peer_flows = self.peer_flows
         self.housekeeping.peer_journal = peer_journal
         self.live_peer_flows = self.peer_flows.flows  # the hot path's truthiness check
@@ -192,7 +192,7 @@ class Worker:
         self.internal_fd = internal.fileno()
         if peer is not None:
             self.peer_fd = peer.fileno()
-            self.edge_keys = PeerKeys(config.peer_family)
+            self.edge_keys = AddressKeys(config.peer_family)
             self.rx_peer = RecvBatch(config.peer_family, batch, SLOT_SIZE)
             self.tx_peer = SendBatch(config.peer_family, batch, iovs=1)
             self.tx_fwd = SendBatch(config.internal_family, batch, iovs=1)
@@ -519,7 +519,7 @@ class Worker:
 
     # -- relay tiers: peer ingress, replies to edges, route probes ------------------------------
     def _stage_for_edge(
-        self, key: Hashable, flow: PeerFlow, target: Target, base: int, n: int
+        self, key: Hashable, flow: EdgeFlow, target: Target, base: int, n: int
     ) -> None:
         """A reply for a client of a live peer flow: as received (header and all) to its edge."""
         if self.peer_flows.confirm(key, flow, target):
@@ -557,7 +557,7 @@ class Worker:
 
     def _from_peers(self) -> int:
         """Encapsulated datagrams from edge relays (--peer-listen), per packet: see
-        relay.peerflows. Forwarded as received (hop limit decremented) from the internal
+        relay.edgeflows. Forwarded as received (hop limit decremented) from the internal
         socket, so the target's replies come back there."""
         rb = self.rx_peer
         n = rb.recv(self.peer_fd)

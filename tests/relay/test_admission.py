@@ -12,18 +12,18 @@ import pytest
 from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, AddressPolicy
+from relay.addrkey import AddressKeys
 from relay.admission import Admission
 from relay.config import parse_networks
 from relay.control import RoutingConfig
 from relay.counters import DROP_REASONS
 from relay.flows import FlowLimits, FlowTable
 from relay.mmsg import sockaddr_bytes
-from relay.peerkey import PeerKeys
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing
 
 KEYRING = Keyring.generate(1)
-KEYS = PeerKeys(socket.AF_INET)
+KEYS = AddressKeys(socket.AF_INET)
 SLOT_BYTES = 2048
 MAX_HINT_AGE_S = 3600
 NOW = 1000  # the worker's coarse monotonic second

@@ -1,4 +1,4 @@
-"""Flow keys: a client's address as the cheapest hashable the kernel's sockaddr gives us.
+"""Address keys: a sockaddr (mostly a client's) as the cheapest hashable the kernel gives us.
 
 The worker's hot path turns a whole batch of source sockaddrs into dict keys with C builtins
 only, by reading them as little-endian 64-bit words (relay.mmsg lays sockaddrs out at a stride of
@@ -42,7 +42,7 @@ def batch_keys_v6(words: WordView, n: int) -> list[Hashable]:
     return list(zip(hi, mid, lo, strict=True))
 
 
-class PeerKeys:
+class AddressKeys:
     """Key functions for one address family."""
 
     def __init__(self, family: int) -> None:

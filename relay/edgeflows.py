@@ -1,5 +1,5 @@
-"""A cluster relay's peer flows: which edge relay a client's datagrams came through, and where
-they go on.
+"""A cluster relay's flows from edge relays (its peer flows, at --peer-listen): which edge relay
+a client's datagrams came through, and where they go on.
 
 An edge relay forwards a client's datagrams, encapsulated with the client's address, to this
 relay's --peer-listen (relay tiers, docs/relay.md). Per client address this table keeps the
@@ -42,7 +42,7 @@ from typing import Any
 from relay.flows import FlowLimits
 
 
-class PeerFlow:
+class EdgeFlow:
     __slots__ = ("confirmed", "created", "edge", "heard", "slot", "stored_at", "target", "ufrag")
 
     def __init__(self, target: Any, ufrag: str | None, edge: bytes, now: int) -> None:
@@ -56,14 +56,14 @@ class PeerFlow:
         self.stored_at = now
 
 
-class PeerFlowTable:
-    """Peer flows keyed by the client's address (relay.peerkey, this relay's public family)."""
+class EdgeFlowTable:
+    """Peer flows keyed by the client's address (relay.addrkey, this relay's public family)."""
 
     def __init__(self, limits: FlowLimits, path_ttl_s: int) -> None:
         self.limits = limits
         self.path_ttl_s = path_ttl_s
         # Least recently heard first: the per-worker cap evicts the first, expiry stops early.
-        self.flows: OrderedDict[Hashable, PeerFlow] = OrderedDict()
+        self.flows: OrderedDict[Hashable, EdgeFlow] = OrderedDict()
         self._pending: dict[Hashable, None] = {}  # creation order = pending expiry order
         self._of_hint: dict[str, dict[Hashable, None]] = {}
         self.released: list[int] = []  # journal slots of flows that left the table
@@ -72,10 +72,10 @@ class PeerFlowTable:
         self.expired = 0
         self.evicted = 0
 
-    def get(self, key: Hashable) -> PeerFlow | None:
+    def get(self, key: Hashable) -> EdgeFlow | None:
         return self.flows.get(key)
 
-    def admit(self, key: Hashable, ufrag: str, target: Any, edge: bytes, now: int) -> PeerFlow:
+    def admit(self, key: Hashable, ufrag: str, target: Any, edge: bytes, now: int) -> EdgeFlow:
         """A datagram with a valid hint from an edge for a client without a flow: a pending flow
         (evicting the idlest flow of a full scope first)."""
         current = self.flows.get(key)
@@ -89,33 +89,33 @@ class PeerFlowTable:
             self._remove(idlest, flows[idlest])
             self.evicted += 1
         self._make_room()
-        flow = PeerFlow(target, ufrag, edge, now)
+        flow = EdgeFlow(target, ufrag, edge, now)
         self.flows[key] = flow
         self._pending[key] = None
         self._of_hint.setdefault(ufrag, {})[key] = None
         self.created += 1
         return flow
 
-    def restore(self, key: Hashable, target: Any, edge: bytes, now: int) -> PeerFlow | None:
+    def restore(self, key: Hashable, target: Any, edge: bytes, now: int) -> EdgeFlow | None:
         """A confirmed flow found in the journal or in Redis (hint unknown); None when the
         client has a flow already."""
         if key in self.flows:
             return None
         self._make_room()
-        flow = PeerFlow(target, None, edge, now)
+        flow = EdgeFlow(target, None, edge, now)
         flow.confirmed = True
         self.flows[key] = flow
         self.restored += 1
         return flow
 
-    def heard(self, key: Hashable, flow: PeerFlow, edge: bytes, now: int) -> None:
+    def heard(self, key: Hashable, flow: EdgeFlow, edge: bytes, now: int) -> None:
         """Another datagram for this client from an edge (per datagram: kept short)."""
         flow.edge = edge
         if flow.heard != now:
             flow.heard = now
             self.flows.move_to_end(key)
 
-    def confirm(self, key: Hashable, flow: PeerFlow, target: Any) -> bool:
+    def confirm(self, key: Hashable, flow: EdgeFlow, target: Any) -> bool:
         """The target (or another one, which then owns the client) sent for this client; True
         when that made the flow confirmed or re-pointed it (to be journalled and stored)."""
         if flow.confirmed:
@@ -128,7 +128,7 @@ class PeerFlowTable:
         self._pending.pop(key, None)
         return True
 
-    def live(self, flow: PeerFlow, now: int) -> bool:
+    def live(self, flow: EdgeFlow, now: int) -> bool:
         """Do replies still go back through the edge?"""
         return now - flow.heard <= self.path_ttl_s
 
@@ -170,7 +170,7 @@ class PeerFlowTable:
             self._remove(oldest, self.flows[oldest])
             self.evicted += 1
 
-    def _remove(self, key: Hashable, flow: PeerFlow) -> None:
+    def _remove(self, key: Hashable, flow: EdgeFlow) -> None:
         del self.flows[key]
         if flow.slot >= 0:
             self.released.append(flow.slot)

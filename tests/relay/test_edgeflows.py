@@ -8,9 +8,9 @@ import pytest
 
 from common.config import ConfigError
 from relay.cli import build_config, serve
+from relay.edgeflows import EdgeFlowTable
 from relay.flows import ROUTE_ID_BASE, FlowLimits, FlowTable, route_id
 from relay.journal import FlowJournal
-from relay.peerflows import PeerFlowTable
 from relay.routehealth import RouteHealth
 
 
@@ -23,8 +23,8 @@ T0, T1 = FakeTarget(0), FakeTarget(1)
 EDGE_A, EDGE_B = b"edge-a", b"edge-b"
 
 
-def table(**limits) -> PeerFlowTable:
-    return PeerFlowTable(FlowLimits(**limits), path_ttl_s=10)
+def table(**limits) -> EdgeFlowTable:
+    return EdgeFlowTable(FlowLimits(**limits), path_ttl_s=10)
 
 
 # -- peer flows ---------------------------------------------------------------------------------

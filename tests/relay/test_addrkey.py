@@ -1,4 +1,4 @@
-"""relay.peerkey: flow keys read from sockaddrs, alone and a batch at once, and what they tell
+"""relay.addrkey: flow keys read from sockaddrs, alone and a batch at once, and what they tell
 about the client (port, address, source prefix)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
+from relay.addrkey import AddressKeys
 from relay.mmsg import NAME_STRIDE, sockaddr_bytes
-from relay.peerkey import PeerKeys
 
 CLIENTS = {
     socket.AF_INET: [("203.0.113.7", 5000), ("203.0.113.7", 5001), ("198.51.100.1", 5000)],
@@ -29,7 +29,7 @@ def batch_names(family: int, clients: list[tuple[str, int]]) -> memoryview:
 
 @FAMILIES
 def test_a_batch_of_sockaddrs_gives_the_keys_of_each_one(family):
-    keys = PeerKeys(family)
+    keys = AddressKeys(family)
     clients = CLIENTS[family]
     expected = [keys.from_sockaddr(sockaddr_bytes(family, *c)) for c in clients]
     assert keys.batch(batch_names(family, clients), len(clients)) == expected
@@ -38,7 +38,7 @@ def test_a_batch_of_sockaddrs_gives_the_keys_of_each_one(family):
 
 @FAMILIES
 def test_keys_tell_clients_apart_by_address_and_port(family):
-    keys = PeerKeys(family)
+    keys = AddressKeys(family)
     made = [keys.from_sockaddr(sockaddr_bytes(family, *c)) for c in CLIENTS[family]]
     assert len(set(made)) == len(made)
     again = keys.from_sockaddr(sockaddr_bytes(family, *CLIENTS[family][0]))
@@ -47,7 +47,7 @@ def test_keys_tell_clients_apart_by_address_and_port(family):
 
 @FAMILIES
 def test_a_key_round_trips_through_its_journal_bytes(family):
-    keys = PeerKeys(family)
+    keys = AddressKeys(family)
     for client in CLIENTS[family]:
         raw = sockaddr_bytes(family, *client)
         key = keys.from_sockaddr(raw)
@@ -58,7 +58,7 @@ def test_a_key_round_trips_through_its_journal_bytes(family):
 
 @FAMILIES
 def test_port_and_address_are_in_network_order_as_the_header_carries_them(family):
-    keys = PeerKeys(family)
+    keys = AddressKeys(family)
     for host, port in CLIENTS[family]:
         key = keys.from_sockaddr(sockaddr_bytes(family, host, port))
         assert keys.port_and_address(key) == (
@@ -70,18 +70,18 @@ def test_port_and_address_are_in_network_order_as_the_header_carries_them(family
 
 
 def test_source_prefixes_are_a_v4_slash_24_and_a_v6_slash_64():
-    v4 = PeerKeys(socket.AF_INET)
+    v4 = AddressKeys(socket.AF_INET)
     assert v4.prefix(v4.from_sockaddr(sockaddr_bytes(socket.AF_INET, "203.0.113.7", 5000))) == (
         bytes([203, 0, 113])
     )
-    v6 = PeerKeys(socket.AF_INET6)
+    v6 = AddressKeys(socket.AF_INET6)
     address = socket.inet_pton(socket.AF_INET6, "2001:db8:1:2:3:4:5:6")
     key = v6.from_sockaddr(sockaddr_bytes(socket.AF_INET6, "2001:db8:1:2:3:4:5:6", 5000))
     assert v6.prefix(key) == address[:8]
 
 
 def test_clients_of_one_prefix_share_it_and_others_do_not():
-    v4 = PeerKeys(socket.AF_INET)
+    v4 = AddressKeys(socket.AF_INET)
 
     def prefix(host: str) -> bytes:
         return v4.prefix(v4.from_sockaddr(sockaddr_bytes(socket.AF_INET, host, 1)))
@@ -90,5 +90,5 @@ def test_clients_of_one_prefix_share_it_and_others_do_not():
 
 
 def test_the_encapsulation_family_follows_the_socket_family():
-    assert PeerKeys(socket.AF_INET).ip_version == 4
-    assert PeerKeys(socket.AF_INET6).ip_version == 6
+    assert AddressKeys(socket.AF_INET).ip_version == 4
+    assert AddressKeys(socket.AF_INET6).ip_version == 6

@@ -2,7 +2,7 @@
 
 The transceiver's floor for a PCM echo call is the codec work: decode the caller's Opus
 packets to mono PCM, encode the echo back to Opus. ``measure_codec`` does exactly that work, with
-the transceiver's own codec classes (``transceiver.opus``) on the caller's own audio (the
+the transceiver's own codec classes (``transceiver.call.opus``) on the caller's own audio (the
 benchmark's tone packets), for ``calls`` calls at once (one decoder and one encoder each, used
 in turn, as the transceiver's event loop does: their states compete for the caches the same
 way), and returns the CPU time it took per call-second of audio, in % of one core. The
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from bench.webrtc_client import opus_tone_packets
-from transceiver.opus import Decoder, Encoder
+from transceiver.call.opus import Decoder, Encoder
 
 FRAMES_PER_S = 50  # 20 ms frames
 

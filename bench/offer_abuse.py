@@ -3,8 +3,8 @@
 ``pathological_offers(base)`` inflates a real offer (``base``: an aiortc offer's SDP) the ways
 the audit did: codec lines, video m-lines, ``a=ssrc`` lines, as large as the audit sent them
 (64 KiB: over ``--max-sdp-bytes``, 413 before the body is read) and fitted under 16 KiB, so that
-each line limit of ``transceiver.offer.OfferLimits`` is what refuses it (400). The tests and this
-benchmark use the same offers.
+each line limit of ``transceiver.signaling.offer.OfferLimits`` is what refuses it (400). The tests
+and this benchmark use the same offers.
 
 ``python3 -m bench.offer_abuse`` runs a relay, a transceiver process and a victim aiortc call
 (``EchoCaller``), all on loopback, and prints, in one run:

@@ -35,23 +35,24 @@ def _no_decoder_thread(pc: Any) -> None:
     ``EchoCounter`` (``attach``), never to a decoder, yet stock aiortc starts a thread per call
     and hands it every packet (at 20 calls connecting at once, thread starts and hand-offs were
     ~10 % of the callers' CPU). The transceiver's own receiver without one
-    (``transceiver.inbound``) stands in; call after ``setRemoteDescription``, before connected."""
+    (``transceiver.call.inbound``) stands in; call after ``setRemoteDescription``,
+    before connected."""
     from transceiver.backend import OPUS
-    from transceiver.inbound import InboundAudio, install
+    from transceiver.call.inbound import InboundAudio, install
 
     install(pc, InboundAudio(OPUS, on_opus=lambda frame: None))
 
 
 def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
     """A light caller's tone leaves on a 20 ms clock of its own, through the transceiver's
-    clocked sender (``transceiver.outbound``): aiortc's sender loop per call (a timer, a task
+    clocked sender (``transceiver.call.outbound``): aiortc's sender loop per call (a timer, a task
     wake-up and a chain of awaits per packet, NTP time from two datetimes) was 80 % of the
     callers' CPU with 80 opus calls, so that the callers' core ran out before the
     transceiver's. One clock per call, started when it connects, not one per worker: the calls'
     packets reach the transceiver spread over the 20 ms as independent callers' do, not ten at
     once (which would flatter its CPU per packet). Packets go to the ICE pair aioice nominated,
     as aiortc's would. Call after ``addTrack``."""
-    from transceiver.outbound import install
+    from transceiver.call.outbound import install
 
     sender = next(s for s in pc.getSenders() if s.track is tone)
 
@@ -64,8 +65,8 @@ def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
 
 
 class _EchoInbound:
-    """Stands in for ``transceiver.inbound.InboundAudio`` under a light caller's receiver: every
-    RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
+    """Stands in for ``transceiver.call.inbound.InboundAudio`` under a light caller's receiver:
+    every RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
 
     def __init__(self, echo: Any) -> None:
         self._count = echo.count
@@ -82,11 +83,11 @@ class _EchoInbound:
 
 def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     """A connected light caller's SRTP goes from aioice's socket callback straight to its
-    ``EchoCounter`` (``transceiver.inbound.direct_rtp``), not through aiortc's queue and DTLS
+    ``EchoCounter`` (``transceiver.call.inbound.direct_rtp``), not through aiortc's queue and DTLS
     receive task; RTCP and DTLS still take aiortc's way. None if the call has no audio
     receiver made light (``_no_decoder_thread``)."""
-    from transceiver.inbound import InlineAudioReceiver, direct_rtp, latch_srtp
-    from transceiver.ssrc import SsrcLatch
+    from transceiver.call.inbound import InlineAudioReceiver, direct_rtp, latch_srtp
+    from transceiver.call.ssrc import SsrcLatch
 
     for transceiver in pc.getTransceivers():
         receiver = transceiver.receiver
@@ -127,7 +128,7 @@ class EchoCall:
         from aiortc import RTCConfiguration, RTCPeerConnection
 
         from bench.webrtc_client import EchoCounter, OpusToneTrack
-        from transceiver.certificate import use_certificate
+        from transceiver.call.certificate import use_certificate
 
         self.id = call_id
         self.hz = hz
@@ -139,7 +140,7 @@ class EchoCall:
         self.pc.addTrack(self.tone)
         self.audio_clock: Any = None  # a light caller's own 20 ms clock
         if certificate is not None:
-            from transceiver.outbound import AudioClock
+            from transceiver.call.outbound import AudioClock
 
             self.audio_clock = AudioClock()
             _clocked_sender(self.pc, self.tone, self.audio_clock)
@@ -299,7 +300,7 @@ class CallerWorker:
 
     Light callers (``light``) are closer to a browser in what connecting costs them: their ICE
     connects at completion (``bench.webrtc_client.prompt_ice``), they share one DTLS
-    certificate per worker (``transceiver.certificate``) and start no decoder thread, so that
+    certificate per worker (``transceiver.call.certificate``) and start no decoder thread, so that
     many callers connecting at once on one CPU do not measure aiortc's client-side costs
     instead of the transceiver. Once connected, their media takes the transceiver's own direct
     paths: the tone leaves on a 20 ms clock of its own (``_clocked_sender``) and the echo's
@@ -333,7 +334,7 @@ class CallerWorker:
             certificate = None
             if cmd.get("light", False):
                 if self._certificate is None:
-                    from transceiver.certificate import SharedCertificate
+                    from transceiver.call.certificate import SharedCertificate
 
                     self._certificate = SharedCertificate.generateCertificate()
                 certificate = self._certificate

@@ -1,7 +1,7 @@
 """The sessions benchmark's overload step: more calls than the transceiver can carry, at once.
 
 After the capacity steps (run with admission off: they measure the transceiver), a transceiver
-with its admission at the defaults (``transceiver.load``, ``--max-sessions``) replaces the first
+with its admission at the defaults (``transceiver.headroom``, ``--max-sessions``) replaces the first
 on the same ports and is offered ``factor`` x the largest N that passed, all at once (a refused
 caller offers again after its Retry-After, as a client should). It must admit what it can
 carry and refuse the rest: the step passes when every admitted call connected and lost < 1 %

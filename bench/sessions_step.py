@@ -55,7 +55,7 @@ class Snapshot:
     frames_out: float
     transceiver_socket_drops: int
     relay_drops: float
-    loop_lag_s: float  # the transceiver's admission inputs (transceiver.load), NaN: unknown
+    loop_lag_s: float  # the transceiver's admission inputs (transceiver.headroom), NaN: unknown
     cpu_ratio: float
 
     @staticmethod
@@ -155,7 +155,7 @@ class Step:
     # window): p50/p95/worst over the calls, and how many calls it could not be measured for.
     echo_delay_ms: dict[str, float] = field(default_factory=dict)
     relay_drops: float = 0.0
-    # What the transceiver's admission saw at the window's end (its gauges: transceiver.load).
+    # What the transceiver's admission saw at the window's end (its gauges: transceiver.headroom).
     loop_lag_ms: float = math.nan
     admission_cpu_pct: float = math.nan
     sessions_active_after: float = math.nan

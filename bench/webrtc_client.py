@@ -35,9 +35,9 @@ from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 
-from transceiver import ice, jitter
+from transceiver.call import ice, jitter
 from transceiver.migration import MIGRATE_EVENT
-from transceiver.routes import RESUME_HEADER
+from transceiver.ownership import RESUME_HEADER
 
 RATE = 48000
 SAMPLES = 960  # 20 ms
@@ -51,7 +51,7 @@ def loopback_only() -> None:
 
 def prompt_ice(pc: RTCPeerConnection) -> None:
     """This caller's ICE connected as soon as its check list completes, as a browser's is,
-    instead of at the next tick of aioice's 20 ms check timer (``transceiver.ice.prompt``).
+    instead of at the next tick of aioice's 20 ms check timer (``transceiver.call.ice.prompt``).
     Call after ``setLocalDescription`` (its ICE transports exist) and before the answer."""
     transports = {t.receiver.transport.transport for t in pc.getTransceivers()}
     if pc.sctp is not None:
@@ -180,7 +180,7 @@ class OpusToneTrack(MediaStreamTrack):
 
     def take_due(self, now: float, limit: int = 10) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``) as (payload, RTP timestamp offset),
-        at most ``limit``: the transceiver's clocked sender (``transceiver.outbound``) sends
+        at most ``limit``: the transceiver's clocked sender (``transceiver.call.outbound``) sends
         them, for a light caller, without aiortc's sender loop. The first call starts the tone."""
         if self._start is None:
             self._start = now

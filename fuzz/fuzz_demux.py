@@ -1,4 +1,4 @@
-"""Target ``demux``: the transceiver's demultiplexer as a plain object (transceiver.demux).
+"""Target ``demux``: the transceiver's demultiplexer as a plain object (transceiver.socket.demux).
 
 ``Demux.route(data, client, relay)`` with three sessions, driven by a script (fuzz.script) that
 also ends and restarts sessions and lets time pass so that addresses expire. Findings: any
@@ -14,8 +14,8 @@ import atheris
 
 from fuzz.harness import main, require
 
-with atheris.instrument_imports(include=["common", "transceiver.demux"]):
-    from transceiver.demux import Demux
+with atheris.instrument_imports(include=["common", "transceiver.socket.demux"]):
+    from transceiver.socket.demux import Demux
 
 from fuzz import script  # after the modules under test: it imports common
 

@@ -1,7 +1,7 @@
 """Target ``media_socket``: the transceiver's datagram entry point, ``MediaSocket``.
 
 A real ``Demux`` and ``TransceiverMetrics`` behind ``MediaSocket.datagram_received``, which asks
-``transceiver.classify.Classifier`` (relay decapsulation and allowlist, STUN parse guards,
+``transceiver.socket.classify.Classifier`` (relay decapsulation and allowlist, STUN parse guards,
 demultiplexing) and delivers; three stand-in sessions whose ICE agent records what it gets and
 answers through ``MediaSocket.send``, and a transport that records ``sendto``. The input is a
 script (fuzz.script): the configuration, then which source, relay or direct, what payload.
@@ -30,19 +30,19 @@ from fuzz.harness import main, require
 with atheris.instrument_imports(
     include=[
         "common",
-        "transceiver.demux",
-        "transceiver.classify",
-        "transceiver.media",
+        "transceiver.socket.demux",
+        "transceiver.socket.classify",
+        "transceiver.socket.media",
         "aioice.stun",
     ]
 ):
     from aioice import stun as aioice_stun
 
     from common import encap
-    from transceiver.classify import DROP_REASONS
-    from transceiver.demux import Demux
-    from transceiver.media import NO_PATH, SESSION_ERROR, MediaSocket
     from transceiver.metrics import TransceiverMetrics
+    from transceiver.socket.classify import DROP_REASONS
+    from transceiver.socket.demux import Demux
+    from transceiver.socket.media import NO_PATH, SESSION_ERROR, MediaSocket
 
 from fuzz import script  # after the modules under test: it imports common
 

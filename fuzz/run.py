@@ -49,10 +49,10 @@ TARGETS: dict[str, Target] = {
     "stun": Target("fuzz.fuzz_stun", 2048, "common.stun parser and readers", "stun.dict"),
     "hint": Target("fuzz.fuzz_hint", 256, "common.hint verifier, cache, sign/verify round trip"),
     "encap": Target("fuzz.fuzz_encap", 512, "common.encap decoders, encode/decode round trips"),
-    "demux": Target("fuzz.fuzz_demux", 4096, "transceiver.demux.Demux as a plain object"),
+    "demux": Target("fuzz.fuzz_demux", 4096, "transceiver.socket.demux.Demux as a plain object"),
     "framing": Target("fuzz.fuzz_framing", 4096, "relay.framing RFC 4571 decoder, split reads"),
     "media_socket": Target(
-        "fuzz.fuzz_media_socket", 4096, "transceiver.media.MediaSocket and its Classifier"
+        "fuzz.fuzz_media_socket", 4096, "transceiver.socket.media.MediaSocket and its Classifier"
     ),
     "aioice": Target(
         "fuzz.fuzz_aioice", 2048, "aioice STUN parser behind common.stun (observes)", "stun.dict"

@@ -177,7 +177,7 @@ def path_allowed(config: Config, slot: Slot, client: AddrKey, relay: AddrKey | N
     """Whether the session's media path may be (client, relay): an address that authenticated
     for the session (docs/design.md: media moves only to an address proved by a round trip, which
     the harness models with ``select``). One relaxation is by design: the path's client heard
-    through another of our relays is followed at once (transceiver/demux.py)."""
+    through another of our relays is followed at once (transceiver/socket/demux.py)."""
     if (client, relay) in slot.ever:
         return True
     if client not in slot.clients_ever():

@@ -22,7 +22,7 @@ from common.config import ConfigError, format_host_port, parse_host_port
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
 from transceiver.config import TransceiverConfig
-from transceiver.tokens import read_secrets_file
+from transceiver.signaling.tokens import read_secrets_file
 
 # A service's option -> the ``up`` option its value comes from.
 UP_OPTION = {

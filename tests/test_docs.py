@@ -14,8 +14,8 @@ import pytest
 from relay.cli import main as relay_main
 from relay.counters import DROP_REASONS
 from relay.flows import EVICTIONS
+from transceiver.call.lifecycle import END_REASONS
 from transceiver.cli import main as transceiver_main
-from transceiver.lifecycle import END_REASONS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

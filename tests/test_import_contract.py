@@ -64,7 +64,7 @@ LAZY = "\n\ndef _backwards() -> None:\n    {statement}  # inside a function: imp
     ("module", "statement"),
     [
         ("transceiver/server.py", "from relay import mmsg"),  # the services are independent
-        ("relay/worker.py", "from transceiver import demux"),
+        ("relay/worker.py", "from transceiver.socket import demux"),
         ("common/sockets.py", "from bench.peers import free_port"),  # below, never above
         ("bench/peers.py", "from rtcedge import cli"),
         ("relay/config.py", "from tests.support import waits"),  # forbidden: tests, fuzzers

@@ -23,14 +23,14 @@ from common.options import (
     refuse_url_credentials_on_command_line,
     setup_logging,
 )
+from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S
+from transceiver.call.sctp import SctpLimits
 from transceiver.config import TransceiverConfig
-from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S
-from transceiver.listener import GuardedListener
-from transceiver.load import LoadLimits
-from transceiver.peerbudget import PeerLimits
+from transceiver.headroom import LoadLimits
 from transceiver.regions import parse_region, parse_region_prefix
-from transceiver.sctp import SctpLimits
-from transceiver.tokens import mint, parse_secrets, read_secrets_file
+from transceiver.signaling.forward_budget import PeerLimits
+from transceiver.signaling.listener import GuardedListener
+from transceiver.signaling.tokens import mint, parse_secrets, read_secrets_file
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -584,8 +584,8 @@ def build_config(opts: dict[str, Any]) -> TransceiverConfig:
 
 async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGTERM, SIGINT or SIGHUP, then drain."""
-    from transceiver.http import make_app, make_metrics_app
     from transceiver.server import TransceiverServer
+    from transceiver.signaling.http import make_app, make_metrics_app
 
     server = TransceiverServer(config)
     await server.start()

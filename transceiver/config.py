@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from common.config import ConfigError, address_family, check_id_template
 from common.hint import Keyring
 from common.listener import ListenerLimits
-from transceiver.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
-from transceiver.load import LoadLimits
-from transceiver.peerbudget import PeerLimits
+from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
+from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
+from transceiver.headroom import LoadLimits
+from transceiver.ownership import Peers, SessionRouter
 from transceiver.regions import Addr, RegionTable
-from transceiver.routes import Peers, SessionRouter
-from transceiver.sctp import MAX_MESSAGE_BYTES, SctpLimits
-from transceiver.tokens import MIN_SECRET_BYTES
+from transceiver.signaling.forward_budget import PeerLimits
+from transceiver.signaling.tokens import MIN_SECRET_BYTES
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TransceiverConfig:
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
     max_sessions: int = 150
-    admit_max_cpu_pct: float = LoadLimits.max_cpu_pct  # refuse above (0: off): transceiver.load
+    admit_max_cpu_pct: float = LoadLimits.max_cpu_pct  # refuse above (0: off): transceiver.headroom
     admit_max_loop_lag_ms: float = LoadLimits.max_loop_lag_ms  # refuse above (0: off)
     ice_timeout_s: float = 10.0
     first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S  # answer -> first authenticated check
@@ -53,7 +53,8 @@ class TransceiverConfig:
     trusted_proxies: tuple[str, ...] = ()  # CIDRs whose client-address header is believed
     client_address_header: str = "X-Forwarded-For"
     metrics: tuple[str, int] | None = None  # /metrics listener, never the WHIP port (None: off)
-    # A WHIP offer's body, and any request body: browsers' offers are 3-8 KiB (transceiver.offer).
+    # A WHIP offer's body, and any request body: browsers' offers are 3-8 KiB
+    # (transceiver.signaling.offer).
     max_sdp_bytes: int = 16 * 1024
     body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
     # Both HTTP listeners' (--http, --metrics) connection cap and header timeout, each its own.
@@ -66,13 +67,14 @@ class TransceiverConfig:
     region_prefixes: tuple[tuple[str, str], ...] = ()  # (client CIDR, region name)
     backup_candidate: bool = True  # --advertise last in every region's answer
     # Where the other transceivers' WHIP ports are, for requests on sessions they own
-    # (transceiver.routes): ID=HOST:PORT entries, and/or a DNS template with {id}.
+    # (transceiver.ownership): ID=HOST:PORT entries, and/or a DNS template with {id}.
     peer_http: tuple[tuple[int, tuple[str, int]], ...] = ()
     peer_http_dns: str | None = None
     peer_timeout_s: float = 5.0  # a forwarded request's whole exchange with the owner
     peer_connect_timeout_s: float = 1.0  # connecting to the owner (within peer_timeout_s)
     # Forwards under way at once (more: 503 + Retry-After), in all, to one owner, from one
-    # client; resume claims apart; an owner that timed out is failed fast (transceiver.peerbudget).
+    # client; resume claims apart; an owner that timed out is failed fast
+    # (transceiver.signaling.forward_budget).
     peer_max_forwards: int = PeerLimits.max_forwards
     peer_max_per_owner: int = PeerLimits.max_per_owner
     peer_max_per_client: int = PeerLimits.max_per_client
@@ -81,7 +83,7 @@ class TransceiverConfig:
     # On drain, a caller asked to move has this long to claim its resume token; a claimed old
     # call ends this long after the claim at the latest (transceiver.migration).
     migrate_deadline_s: float = 10.0
-    # The data channel's bounds per call (transceiver.sctp): the receive window (a_rwnd, and
+    # The data channel's bounds per call (transceiver.call.sctp): the receive window (a_rwnd, and
     # what reassembly may hold), TSNs tracked past a gap, events unacknowledged by the caller.
     sctp_receive_window_bytes: int = SctpLimits.receive_window_bytes
     sctp_max_misordered_tsns: int = SctpLimits.max_misordered_tsns

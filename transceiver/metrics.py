@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from transceiver.call.sctp import DROP_REASONS as DATA_CHANNEL_DROP_REASONS
 from transceiver.migration import FAILURE_REASONS
-from transceiver.offer import OFFER_REFUSAL_REASONS
-from transceiver.routes import REFUSAL_REASONS
-from transceiver.sctp import DROP_REASONS as DATA_CHANNEL_DROP_REASONS
+from transceiver.ownership import REFUSAL_REASONS
+from transceiver.signaling.offer import OFFER_REFUSAL_REASONS
 
 CONNECT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 # A connect's steps take from under a millisecond (an answer) to seconds (a slow client).
@@ -48,10 +48,12 @@ class SessionMetrics:
     backend_errors: Counter
     ice_connected: Histogram
     dtls_connected: Histogram
-    connect_phase: Histogram  # labelled by phase (transceiver.lifecycle.Lifecycle.connect_phases)
-    # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.ssrc), per packet
+    connect_phase: (
+        Histogram  # labelled by phase (transceiver.call.lifecycle.Lifecycle.connect_phases)
+    )
+    # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.call.ssrc), per packet
     foreign_ssrc: Tally
-    data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.sctp)
+    data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.call.sctp)
 
 
 class TransceiverMetrics:
@@ -157,7 +159,7 @@ class TransceiverMetrics:
         )
         self.data_channel_dropped = Counter(
             "rtcedge_transceiver_data_channel_dropped",
-            "The data channel's drops (transceiver.sctp), by reason: DATA chunks from a caller"
+            "The data channel's drops (transceiver.call.sctp), by reason: DATA chunks from a caller"
             " outside the receive window (beyond_window) or for a stream past the negotiated"
             " count (invalid_stream); events toward a caller dropped oldest first because it"
             " acknowledges too little (unacked_full), or larger than its max-message-size"
@@ -273,7 +275,7 @@ class TransceiverMetrics:
         self.offers_refused = Counter(
             "rtcedge_transceiver_offers_refused",
             "WHIP offers refused before any WebRTC state is made, by reason: over --max-sdp-bytes"
-            " (too_large, 413), not UTF-8, over a limit of transceiver.offer.OfferLimits"
+            " (too_large, 413), not UTF-8, over a limit of transceiver.signaling.offer.OfferLimits"
             " (m_lines, rtpmap_lines, fmtp_lines, section_lines, lines), or invalid (400).",
             ["reason"],
             registry=r,

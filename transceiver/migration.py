@@ -3,7 +3,8 @@
 On SIGTERM the transceiver offers each caller with an open data channel a move
 (``session.migrate`` with a token, ``common.resumetoken``); the caller re-offers to the fleet,
 and the transceiver that gets that offer claims the token here, over the cluster network
-(``transceiver.peerhttp``). ``Migrations`` is the owner's table of those offers, one per call:
+(``transceiver.signaling.forward``). ``Migrations`` is the owner's table of those
+offers, one per call:
 
     (none) --offer--> offered --claim--> claimed --(the caller hangs up the old call,
                                             or end_by passes)--> forgotten with the session
@@ -33,7 +34,7 @@ MIGRATE_EVENT = "session.migrate"  # the data-channel event that asks a caller t
 CLAIM_REFUSALS = ("no_session", "replayed", "expired")
 # rtcedge_transceiver_migrations_failed_total{reason}: a fixed set. Counted where the move
 # failed: the transceiver that refused a resume offer (the token's reasons; cluster, self,
-# no_peer: ``transceiver.routes.route_resume``; the owner's claim refusals; owner_gone,
+# no_peer: ``transceiver.ownership.route_resume``; the owner's claim refusals; owner_gone,
 # owner_failed, busy, owner_failing: the claim's exchange), or the owner (unclaimed: the drain
 # ended with the offer not taken; not_switched: claimed, but the caller never hung up its old
 # call, which ended at the deadline).

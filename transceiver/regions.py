@@ -10,7 +10,7 @@ proxy set it, and the client's IP) and returns the region and its addresses.
 - else the client's IP is in a ``--region-prefix`` -> the region of the longest such prefix;
 - else ``default``: ``--advertise`` alone.
 
-Every answer still has ONE ICE agent behind it (transceiver/ice.py): the extra addresses are
+Every answer still has ONE ICE agent behind it (transceiver/call/ice.py): the extra addresses are
 only advertised candidates, and a check through any of them reaches the same session.
 """
 

@@ -2,8 +2,9 @@
 
 One asyncio process = one transceiver id = one UDP socket (docs/design.md). Datagrams arrive either
 encapsulated by a relay (first byte 0xFF) or raw from a client talking to the socket directly;
-``transceiver.classify`` decides the session (``Demux`` behind it), ``transceiver.media`` is the
-socket, and replies follow the session's latched path. Sessions are created here.
+``transceiver.socket.classify`` decides the session (``Demux`` behind it),
+``transceiver.socket.media`` is the socket, and replies follow the session's latched path. Sessions
+are created here.
 """
 
 from __future__ import annotations
@@ -20,23 +21,23 @@ from common.resumetoken import NONCE_LEN as RESUME_NONCE_LEN
 from common.resumetoken import ResumeTokenError, sign_resume_token, verify_resume_token
 from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
-from transceiver import opus
-from transceiver.audio import silent_packet
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
-from transceiver.certificate import CertificateHolder
+from transceiver.call import opus
+from transceiver.call.certificate import CertificateHolder
+from transceiver.call.ice import check_versions
+from transceiver.call.lifecycle import State
+from transceiver.call.outbound import AudioClock
+from transceiver.call.outbound_track import silent_packet
+from transceiver.call.sctp import check_aiortc as check_sctp
+from transceiver.call.session import Session, SessionContext
 from transceiver.config import TransceiverConfig
-from transceiver.demux import Addr, Demux, is_tcp
-from transceiver.ice import check_versions
-from transceiver.lifecycle import State
-from transceiver.load import TICK_S, WINDOW_S, Headroom, Refusal
-from transceiver.media import MediaSocket
+from transceiver.headroom import TICK_S, WINDOW_S, Headroom, Refusal
 from transceiver.metrics import TransceiverMetrics
 from transceiver.migration import MIGRATE_EVENT, ClaimRefused, Migrations
-from transceiver.outbound import AudioClock
-from transceiver.sctp import check_aiortc as check_sctp
-from transceiver.session import Session, SessionContext
-from transceiver.udpedge import UdpEdge
+from transceiver.socket.demux import Addr, Demux, is_tcp
+from transceiver.socket.media import MediaSocket
+from transceiver.socket.transport import DrainingTransport
 
 WATCHDOG_INTERVAL_S = 0.5
 
@@ -98,7 +99,7 @@ class TransceiverServer:
             sctp_limits=config.sctp_limits(),
         )
         self.headroom = Headroom(config.load_limits())
-        self._transport: UdpEdge | None = None
+        self._transport: DrainingTransport | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._load_sampler: asyncio.Task[None] | None = None
 
@@ -119,7 +120,7 @@ class TransceiverServer:
             raise ConfigError(
                 "--media", f"cannot bind {self.config.media}: {exc.strerror}"
             ) from None
-        edge = UdpEdge(sock, self.media, on_drop=self.media.drop)
+        edge = DrainingTransport(sock, self.media, on_drop=self.media.drop)
         edge.start()
         self._transport = edge
         warm_up()
@@ -141,7 +142,7 @@ class TransceiverServer:
 
     def capacity_refusal(self) -> Refusal | None:
         """Why a new session would be refused now (draining, the session limit, or no headroom:
-        ``transceiver.load``), else None.
+        ``transceiver.headroom``), else None.
 
         The one capacity rule: WHIP asks before reading an offer, ``create_session`` again
         once it is read (sessions may have started meanwhile). Sessions count from the moment

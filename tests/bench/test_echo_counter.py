@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from bench.webrtc_client import DELAY_LEVELS, EchoCounter, opus_tone_packets
-from transceiver.opus import Encoder
+from transceiver.call.opus import Encoder
 
 
 @dataclass

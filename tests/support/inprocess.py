@@ -14,8 +14,8 @@ from bench.peers import free_port
 from common.hint import Keyring
 from transceiver.backend import Backend
 from transceiver.config import TransceiverConfig
-from transceiver.http import make_app
 from transceiver.server import TransceiverServer
+from transceiver.signaling.http import make_app
 
 
 def direct_config(**overrides) -> TransceiverConfig:

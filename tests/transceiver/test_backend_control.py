@@ -7,8 +7,8 @@ import asyncio
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until
-from transceiver.audio import BackendAudioTrack
 from transceiver.backend import FRAME_BYTES, Backend, BackendSession
+from transceiver.call.outbound_track import BackendAudioTrack
 
 
 class ScriptedSession(BackendSession):

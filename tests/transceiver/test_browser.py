@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from transceiver.tokens import mint
+from transceiver.signaling.tokens import mint
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]

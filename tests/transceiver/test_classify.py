@@ -7,9 +7,9 @@ import secrets
 import pytest
 
 from common import encap, stun
-from transceiver import classify
-from transceiver.classify import DROP_REASONS, Classifier, Delivery, Dropped
-from transceiver.demux import Demux
+from transceiver.socket import classify
+from transceiver.socket.classify import DROP_REASONS, Classifier, Delivery, Dropped
+from transceiver.socket.demux import Demux
 
 UFRAG, PASSWORD = "ufragA", "passwordA-0123456789abcd"
 RELAY, STRANGER = ("10.0.0.1", 4000), ("192.0.2.50", 4000)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from common.hint import Keyring
 from transceiver.cli import build_config, main
-from transceiver.tokens import TokenVerifier
+from transceiver.signaling.tokens import TokenVerifier
 
 KEYRING = Keyring.generate(1).to_json()
 BASE = ["serve", "--id", "0", "--advertise", "127.0.0.1:3478"]

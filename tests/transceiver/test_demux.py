@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from common import stun
-from transceiver.demux import MAX_ADDRESSES, Demux, Path
+from transceiver.socket.demux import MAX_ADDRESSES, Demux, Path
 
 RELAY_A, RELAY_B = ("10.0.0.1", 4000), ("10.0.0.2", 4000)
 CLIENT, MOVED = ("198.51.100.7", 50000), ("198.51.100.7", 50999)

@@ -31,8 +31,8 @@ from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post
 from transceiver.backend import Backend, BackendSession
 from transceiver.backends import create_backend
-from transceiver.lifecycle import State
-from transceiver.routes import RESUME_HEADER
+from transceiver.call.lifecycle import State
+from transceiver.ownership import RESUME_HEADER
 
 ATTACK_REQUESTS = 40
 ATTACK_CLIENTS = 20

@@ -13,8 +13,8 @@ from aioice.ice import CandidatePair
 
 from common import stun
 from tests.support.waits import run
-from transceiver import ice
-from transceiver.ice import SharedSocketConnection, check_versions
+from transceiver.call import ice
+from transceiver.call.ice import SharedSocketConnection, check_versions
 
 UFRAG, PASSWORD = "ufragA", "passwordA0123456789abcdef"  # ice-chars, as the server makes
 ADVERTISED = ("203.0.113.5", 3478)  # the relay's public address

@@ -12,8 +12,14 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from bench.webrtc_client import opus_tone_packets
 from transceiver.backend import OPUS, PCM16, OpusFrame
-from transceiver.inbound import FOREIGN, UNDECODABLE, InboundAudio, InlineAudioReceiver, install
-from transceiver.opus import packet_samples
+from transceiver.call.inbound import (
+    FOREIGN,
+    UNDECODABLE,
+    InboundAudio,
+    InlineAudioReceiver,
+    install,
+)
+from transceiver.call.opus import packet_samples
 
 TONE = opus_tone_packets(440)
 

@@ -11,7 +11,7 @@ from aiortc.rtp import RtpPacket
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transceiver.jitter import AudioJitterBuffer, install
+from transceiver.call.jitter import AudioJitterBuffer, install
 
 
 def packet(seq: int) -> RtpPacket:

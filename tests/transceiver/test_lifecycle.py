@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transceiver.lifecycle import Lifecycle, LifecycleError, Limits, State
+from transceiver.call.lifecycle import Lifecycle, LifecycleError, Limits, State
 
 LIMITS = Limits(ice_timeout_s=10, idle_timeout_s=30, max_duration_s=100)
 

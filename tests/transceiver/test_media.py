@@ -7,9 +7,9 @@ import secrets
 from types import SimpleNamespace
 
 from common import encap, stun
-from transceiver.demux import Demux
-from transceiver.media import MediaSocket
 from transceiver.metrics import TransceiverMetrics
+from transceiver.socket.demux import Demux
+from transceiver.socket.media import MediaSocket
 
 UFRAG, PASSWORD = "ufragA", "passwordA-0123456789abcd"
 RELAY, CLIENT = ("10.0.0.1", 4000), ("198.51.100.7", 50000)

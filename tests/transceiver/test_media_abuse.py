@@ -13,7 +13,7 @@ from common import encap, stun
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until
-from transceiver.demux import MAX_ADDRESSES
+from transceiver.socket.demux import MAX_ADDRESSES
 
 FIRST_BYTES = [0, 1, 2, 3, 20, 22, 63, 128, 144, 191, 255]
 

@@ -25,7 +25,7 @@ from common.sessionid import verify_session_id
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer
-from transceiver.routes import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER
+from transceiver.ownership import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER
 
 GRACE_S = 10.0  # the drain grace: a caller that does not move keeps its call this long
 DEADLINE_S = 6.0  # --migrate-deadline

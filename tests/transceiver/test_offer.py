@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transceiver.offer import OfferError, check_offer
+from transceiver.signaling.offer import OfferError, check_offer
 
 FINGERPRINT = "a=fingerprint:sha-256 " + ":".join(["AB"] * 32)
 ICE = ["a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl"]

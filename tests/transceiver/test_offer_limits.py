@@ -1,4 +1,5 @@
-"""Offers bounded before aiortc parses them (transceiver.offer.OfferLimits; issue 21, item 5).
+"""Offers bounded before aiortc parses them (transceiver.signaling.offer.OfferLimits; issue 21,
+item 5).
 
 Pure: each limit at its bound is accepted and one line over it refused, naming the limit.
 Through the WHIP server (in-process, real loopback HTTP): the audit's pathological offers
@@ -15,7 +16,7 @@ from bench.offer_abuse import SDP_HEADERS, normal_offer, pathological_offers
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run
 from tests.transceiver.test_offer import APPLICATION, SESSION, audio, sdp
-from transceiver.offer import OfferError, OfferLimits, bounded_lines, check_offer
+from transceiver.signaling.offer import OfferError, OfferLimits, bounded_lines, check_offer
 
 LIMITS = OfferLimits()
 

@@ -8,7 +8,7 @@ import av
 import pytest
 
 from bench.webrtc_client import goertzel_power, opus_tone_packets
-from transceiver.opus import (
+from transceiver.call.opus import (
     MAX_PACKET_BYTES,
     Decoder,
     Encoder,

@@ -22,18 +22,18 @@ from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
 from bench.webrtc_client import opus_tone_packets
-from transceiver.audio import SLOT_GRACE_S, BackendAudioTrack, silent_packet
 from transceiver.backend import OPUS, PCM16
-from transceiver.inbound import (
+from transceiver.call.inbound import (
     UNPROTECT_FAILED,
     InboundAudio,
     InlineAudioReceiver,
     direct_rtp,
     latch_srtp,
 )
-from transceiver.inbound import install as install_inbound
-from transceiver.outbound import AudioClock, DirectSender, InlineAudioSender, install, ntp_now
-from transceiver.ssrc import SsrcLatch
+from transceiver.call.inbound import install as install_inbound
+from transceiver.call.outbound import AudioClock, DirectSender, InlineAudioSender, install, ntp_now
+from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack, silent_packet
+from transceiver.call.ssrc import SsrcLatch
 
 TONE = opus_tone_packets(440)
 MID_URI = "urn:ietf:params:rtp-hdrext:sdes:mid"
@@ -232,7 +232,7 @@ def test_direct_rtp_unprotects_into_the_receiver_and_leaves_rtcp_to_aiortc():
 
 
 def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_clock():
-    from transceiver.audio import ENCODED_SILENCE_FRAMES
+    from transceiver.call.outbound_track import ENCODED_SILENCE_FRAMES
 
     track = BackendAudioTrack()  # pcm16
     encoded: list[int] = []

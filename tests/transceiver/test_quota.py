@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from transceiver.quota import (
+from transceiver.signaling.quota import (
     RateLimiter,
     SessionsPerClient,
     client_address,

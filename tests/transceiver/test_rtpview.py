@@ -1,4 +1,4 @@
-"""transceiver.rtpview reads what aiortc's parser reads, and refuses what it refuses."""
+"""transceiver.call.rtpview reads what aiortc's parser reads, and refuses what it refuses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
 from aiortc.rtp import HeaderExtensions, HeaderExtensionsMap, RtpPacket
 
-from transceiver.rtpview import RtpView, parse
+from transceiver.call.rtpview import RtpView, parse
 
 FIELDS = RtpView.__slots__
 

@@ -1,4 +1,4 @@
-"""The data channel's bounds as plain objects (transceiver.sctp): TSN gaps, the receive window,
+"""The data channel's bounds as plain objects (transceiver.call.sctp): TSN gaps, the receive window,
 the outbound backlog; and the answer's max-message-size. The attacks with real processes are
 in test_sctp_abuse.py."""
 
@@ -14,8 +14,8 @@ from common.config import ConfigError
 from tests.support.inprocess import direct_config
 from tests.support.waits import run
 from tests.support.whip import make_offer, sdp_value
-from transceiver import sctp
-from transceiver.sctp import (
+from transceiver.call import sctp
+from transceiver.call.sctp import (
     ACCEPT,
     BEYOND_WINDOW,
     DUPLICATE,

@@ -9,10 +9,10 @@ from tests.support.waits import run
 from tests.support.whip import make_offer
 from transceiver.backend import Backend, BackendSession, SessionInfo
 from transceiver.backends import create_backend
-from transceiver.lifecycle import Limits, State
+from transceiver.call.lifecycle import Limits, State
+from transceiver.call.outbound import AudioClock
+from transceiver.call.session import Session, SessionContext
 from transceiver.metrics import TransceiverMetrics
-from transceiver.outbound import AudioClock
-from transceiver.session import Session, SessionContext
 
 UFRAG, PASSWORD = "ufragA", "passwordA0123456789abcdef"
 SESSION_ID = "5e55" * 8

@@ -29,7 +29,7 @@ from common.sessionid import sign_session_id, verify_session_id
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import make_offer, post
-from transceiver.routes import FORWARDED_HEADER
+from transceiver.ownership import FORWARDED_HEADER
 
 ACTIVE = "rtcedge_transceiver_sessions_active"
 ENDED = "rtcedge_transceiver_sessions_ended_total"

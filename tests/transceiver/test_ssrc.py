@@ -1,5 +1,5 @@
-"""The SSRC latch as a plain object, and the SRTP session it guards (``transceiver.ssrc``,
-``transceiver.inbound.LatchedSrtp``), tested with numbers and bytes."""
+"""The SSRC latch as a plain object, and the SRTP session it guards (``transceiver.call.ssrc``,
+``transceiver.call.inbound.LatchedSrtp``), tested with numbers and bytes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pylibsrtp
 import pytest
 from aiortc.rtp import RtcpRrPacket, RtpPacket
 
-from transceiver.inbound import ForeignSsrc, InlineAudioReceiver, LatchedSrtp, latch_srtp
-from transceiver.ssrc import MAX_SSRCS_PER_CALL, SsrcLatch, offered_ssrcs
+from transceiver.call.inbound import ForeignSsrc, InlineAudioReceiver, LatchedSrtp, latch_srtp
+from transceiver.call.ssrc import MAX_SSRCS_PER_CALL, SsrcLatch, offered_ssrcs
 
 KEY = bytes(range(30))
 

@@ -14,7 +14,7 @@ from bench.harness.procfs import udp_socket_rows
 from bench.peers import udp_drops
 from bench.ssrc_flood import FloodCaller, direct_transceiver, foreign_ssrc_drops, rss_bytes
 from tests.support.waits import run, wait_until
-from transceiver.ssrc import MAX_SSRCS_PER_CALL
+from transceiver.call.ssrc import MAX_SSRCS_PER_CALL
 
 RTP_SSRCS = 15_000
 RTCP_SSRCS = 300

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from common.config import ConfigError
-from transceiver.tokens import (
+from transceiver.signaling.tokens import (
     AUDIENCE,
     MAX_TOKEN_CHARS,
     TokenError,

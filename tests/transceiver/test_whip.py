@@ -17,7 +17,7 @@ from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post
 from transceiver.backend import Backend, SessionInfo
 from transceiver.backends import create_backend
-from transceiver.tokens import mint
+from transceiver.signaling.tokens import mint
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 

@@ -21,7 +21,7 @@ from transceiver.backend import (
     OpusFrame,
     SessionInfo,
 )
-from transceiver.opus import packet_samples
+from transceiver.call.opus import packet_samples
 
 __all__ = ["EchoBackend", "EchoSession", "PlayoutEstimate"]
 
@@ -72,7 +72,7 @@ class EchoSession(BackendSession):
     delaying everything the caller hears afterwards; and a queue that stands above
     ``TRIM_ABOVE_FRAMES`` for ``TRIM_AFTER_S`` loses one frame, so that what a burst left
     behind drains within seconds instead of delaying the rest of the call (the way our jitter
-    buffer sheds latency, ``transceiver.jitter``).
+    buffer sheds latency, ``transceiver.call.jitter``).
     """
 
     def __init__(

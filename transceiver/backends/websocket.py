@@ -40,7 +40,7 @@ from transceiver.backend import (
     OpusFrame,
     SessionInfo,
 )
-from transceiver.opus import OpusError, packet_samples
+from transceiver.call.opus import OpusError, packet_samples
 
 __all__ = ["WebSocketBackend", "WebSocketBackendConfig", "WebSocketSession"]
 

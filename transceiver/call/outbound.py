@@ -1,4 +1,4 @@
-"""Outbound audio without a task per call: one clock paces every call's RTP in the process.
+"""The outbound sender without a task per call: one clock paces every call's RTP in the process.
 
 aiortc runs a coroutine per sender that sleeps until its track's next frame is due, builds an
 ``RtpPacket`` object, serializes it and awaits the DTLS transport, which awaits the ICE
@@ -13,7 +13,7 @@ aiortc keeps everything else of its sender: ``install`` turns it into an ``Inlin
 whose ``_run_rtp`` registers with the clock instead of looping, and whose packet and octet
 counts, last RTP timestamp and NTP time (what its RTCP Sender Reports carry) the direct sender
 keeps up to date. The private attributes used are checked before the swap (``PRIVATE``), as
-``transceiver.inbound`` does for the receiver. Left out: the RTP history for NACK
+``transceiver.call.inbound`` does for the receiver. Left out: the RTP history for NACK
 retransmissions (aiortc negotiates no NACK for audio) and the DTLS transport's byte counters
 for ``getStats`` (nobody asks).
 """
@@ -60,7 +60,8 @@ def ntp_now(wall: Callable[[], float] = time.time) -> int:
 
 
 class Track(Protocol):
-    """What a direct sender takes from a track (``transceiver.audio.BackendAudioTrack``)."""
+    """What a direct sender takes from a track
+    (``transceiver.call.outbound_track.BackendAudioTrack``)."""
 
     on_due: Callable[[], None] | None  # set here: audio came for a slot held open
 
@@ -253,6 +254,6 @@ def _check_private(sender: Any) -> None:
     missing = [name for name in PRIVATE if not hasattr(sender, name)]
     if missing:
         raise RuntimeError(
-            f"aiortc's RTCRtpSender has no {', '.join(missing)} where transceiver.outbound "
+            f"aiortc's RTCRtpSender has no {', '.join(missing)} where transceiver.call.outbound "
             "expects it; this aiortc is not supported"
         )

@@ -1,4 +1,4 @@
-"""Outbound audio: the backend's audio paced in real time, handed to aiortc's sender as Opus.
+"""The outbound track: the backend's audio paced in real time, handed to aiortc's sender as Opus.
 
 ``BackendAudioTrack`` takes what the backend emits, PCM16 mono 48 kHz (format ``pcm16``: encoded
 to Opus here, 20 ms at a time) or Opus packets (format ``opus``: sent as they are, each paced by
@@ -6,7 +6,8 @@ its own duration), and returns encoded packets to aiortc's sender, which then on
 them. That removes two per-frame costs of stock aiortc (docs/design.md) without patching it: the
 pure-Python ``compute_audio_level_dbov`` over every frame, and a thread-pool round trip
 (``run_in_executor``) for every encode. The price: no RFC 6464 audio-level header extension on
-outbound packets, which a 1:1 voice session does not need. Inbound audio: ``transceiver.inbound``.
+outbound packets, which a 1:1 voice session does not need. Inbound audio:
+``transceiver.call.inbound``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Callable
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from transceiver import opus
 from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, OPUS, PCM16
+from transceiver.call import opus
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
 SILENCE = bytes(FRAME_BYTES)
@@ -72,7 +73,7 @@ class BackendAudioTrack(MediaStreamTrack):
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
         self._start: float | None = None
-        # Sends what is due now, out of the clock's tick (set by transceiver.outbound): audio
+        # Sends what is due now, out of the clock's tick (set by transceiver.call.outbound): audio
         # that arrives for a slot held open goes at once.
         self.on_due: Callable[[], None] | None = None
         self.frames_out = 0
@@ -161,9 +162,9 @@ class BackendAudioTrack(MediaStreamTrack):
 
     def take_due(self, now: float, limit: int = MAX_DUE_PER_TAKE) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``), as (payload, RTP timestamp offset
-        in samples), at most ``limit``: what ``transceiver.outbound`` sends on a tick. The first
-        call starts the clock, as a sound card's first read does. A slot with no audio yet is
-        held open for ``SLOT_GRACE_S``, then silence fills it. A stalled loop catches up at
+        in samples), at most ``limit``: what ``transceiver.call.outbound`` sends on a tick. The
+        first call starts the clock, as a sound card's first read does. A slot with no audio yet
+        is held open for ``SLOT_GRACE_S``, then silence fills it. A stalled loop catches up at
         most ``limit`` packets per call; the rest follow on the next ticks."""
         if self._start is None:
             self._start = now
@@ -183,7 +184,7 @@ class BackendAudioTrack(MediaStreamTrack):
 
     async def recv(self) -> av.Packet:  # type: ignore[override]
         """aiortc's way to pull a packet (its own sender's loop): one ``take_due`` at a time,
-        paced like a sound card. ``transceiver.outbound`` sends without it."""
+        paced like a sound card. ``transceiver.call.outbound`` sends without it."""
         while True:
             if self.readyState != "live":
                 raise MediaStreamError

@@ -7,7 +7,7 @@ chunks cost 655-842 us of CPU each and another call's audio a 0.7-2.9 s gap; 20,
 parked behind a missing stream sequence number held 27.7 MB; a caller that never SACKs grew the
 transceiver by 15 MB). Here, per session, the peer connection's one ``RTCSctpTransport`` becomes
 a ``BoundedSctpTransport`` (its class is swapped by ``install`` after the offer is applied, as
-``transceiver.inbound`` does to the audio receiver), whose rules are pure objects below:
+``transceiver.call.inbound`` does to the audio receiver), whose rules are pure objects below:
 
 - ``InboundWindow``: a DATA chunk is judged before aiortc stores it. Outside the receive window
   (more than ``max_misordered_tsns`` TSNs past the cumulative TSN, or more bytes than
@@ -66,7 +66,7 @@ log = logging.getLogger("rtcedge.transceiver")
 
 TSN_MODULO = 1 << 32
 # The largest event a caller may send: what the answer advertises (a=max-message-size), and the
-# session's own bound on an event (transceiver.session.MAX_EVENT_BYTES).
+# session's own bound on an event (transceiver.call.session.MAX_EVENT_BYTES).
 MAX_MESSAGE_BYTES = 16 * 1024
 # Inbound streams we accept (the INIT/INIT-ACK's MIS): a call opens one data channel; aiortc's
 # 65,535 let a caller make an InboundStream per id. DATA for a stream beyond is dropped.
@@ -148,7 +148,7 @@ def check_aiortc() -> None:
         missing += [f"InboundStream.{a}" for a in STREAM_ATTRIBUTES if not hasattr(stream, a)]
     if missing:
         raise RuntimeError(
-            f"aiortc's SCTP has no {', '.join(missing)} where transceiver.sctp expects it; "
+            f"aiortc's SCTP has no {', '.join(missing)} where transceiver.call.sctp expects it; "
             "this aiortc is not supported"
         )
 
@@ -590,7 +590,7 @@ def install(
     missing = [name for name in ATTRIBUTES if not hasattr(sctp, name)]
     if missing:
         raise RuntimeError(
-            f"aiortc's RTCSctpTransport has no {', '.join(missing)} where transceiver.sctp "
+            f"aiortc's RTCSctpTransport has no {', '.join(missing)} where transceiver.call.sctp "
             "expects it; this aiortc is not supported"
         )
     if sctp._last_received_tsn is not None or sctp._inbound_streams:

@@ -1,6 +1,6 @@
 """One WebRTC session: an aiortc peer connection on the shared socket, bridged to a backend.
 
-The I/O half of a session; its states and deadlines live in ``transceiver.lifecycle``. Every
+The I/O half of a session; its states and deadlines live in ``transceiver.call.lifecycle``. Every
 way a session ends goes through ``end(reason)``, which releases the peer connection, the
 backend session, the tasks and the demultiplexer entry exactly once.
 
@@ -22,14 +22,14 @@ from typing import Any
 from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
-from transceiver import inbound, outbound, sctp
-from transceiver.audio import BackendAudioTrack
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
-from transceiver.certificate import use_certificate
-from transceiver.ice import Addr, SharedSocketConnection, install
-from transceiver.lifecycle import Lifecycle, Limits, State
+from transceiver.call import inbound, outbound, sctp
+from transceiver.call.certificate import use_certificate
+from transceiver.call.ice import Addr, SharedSocketConnection, install
+from transceiver.call.lifecycle import Lifecycle, Limits, State
+from transceiver.call.outbound_track import BackendAudioTrack
+from transceiver.call.ssrc import SsrcLatch, offered_ssrcs
 from transceiver.metrics import SessionMetrics
-from transceiver.ssrc import SsrcLatch, offered_ssrcs
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -54,7 +54,7 @@ class SessionContext:
     on_selected: Callable[[str, Addr], object]  # (ufrag, client): ICE proved a path to client
     on_closed: Callable[[Session, str], None]  # (session, reason): teardown is over, forget it
     audio_clock: outbound.AudioClock  # paces every session's outbound RTP
-    # The process's DTLS certificate for a new session (transceiver.certificate); None: aiortc
+    # The process's DTLS certificate for a new session (transceiver.call.certificate); None: aiortc
     # makes one per session.
     certificate: Callable[[], RTCCertificate] | None = None
     advertise_tcp: Addr | None = None  # the relay's ICE-TCP address: a passive TCP candidate
@@ -284,7 +284,7 @@ class Session:
             self.channel.send(text)
 
     def _on_sctp_limit(self, why: str) -> None:
-        """The caller's SCTP went over a cap (``transceiver.sctp``): it ignores our window."""
+        """The caller's SCTP went over a cap (``transceiver.call.sctp``): it ignores our window."""
         log.info("session %s: data channel %s", self.id, why)
         self.end("data_channel_limit")
 
@@ -327,7 +327,7 @@ class Session:
         transceivers = self.pc.getTransceivers()
         if not transceivers:
             return
-        # BUNDLE (transceiver.ice.install): one DTLS transport carries every m-line.
+        # BUNDLE (transceiver.call.ice.install): one DTLS transport carries every m-line.
         srtp = inbound.latch_srtp(
             transceivers[0].receiver.transport, self.ssrcs, self._metrics.foreign_ssrc.inc
         )

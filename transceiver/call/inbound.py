@@ -5,7 +5,7 @@ stereo and hands each frame back to the event loop (``run_coroutine_threadsafe``
 of ours read it from the track's queue and resampled it to mono. Measured on main (issue 12),
 that hand-off cost more CPU than decoding, the downmix ~8 % more, and past its core the threads
 starved each other. Here the packet goes straight from aiortc's SRTP/RTP parsing, on the event
-loop, through our jitter buffer to libopus decoding to mono (``transceiver.opus``, ~18 us per
+loop, through our jitter buffer to libopus decoding to mono (``transceiver.call.opus``, ~18 us per
 20 ms) or, for a backend that takes Opus, to the backend as it is: no thread, no queue, no task
 per packet.
 
@@ -15,9 +15,9 @@ a subclass of aiortc's that replaces exactly two methods: ``receive`` (registrat
 RTCP task as aiortc does them, minus the decoder thread) and ``_handle_rtp_packet`` (statistics
 for RTCP receiver reports as aiortc keeps them, then ``InboundAudio``). Nothing of aiortc
 changes for other receivers. The private attributes used are checked before the swap
-(``PRIVATE``); on an aiortc that moved them ``install`` refuses, as ``transceiver.ice`` does.
+(``PRIVATE``); on an aiortc that moved them ``install`` refuses, as ``transceiver.call.ice`` does.
 Every inbound SRTP and SRTCP packet of a call passes the call's SSRC latch
-(``transceiver.ssrc``) before libsrtp sees it: ``latch_srtp`` puts the call's receive session
+(``transceiver.call.ssrc``) before libsrtp sees it: ``latch_srtp`` puts the call's receive session
 behind it once DTLS is up (so aiortc's own path, which still unprotects RTCP, goes through it
 too), and ``direct_rtp`` reads the SSRC in clear before it unprotects. ``stop`` never waits on
 an RTCP task that already died. What is left out: RTX (aiortc negotiates none for audio), the
@@ -35,13 +35,13 @@ import pylibsrtp
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
 from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
-from transceiver.jitter import AudioJitterBuffer
-from transceiver.opus import Decoder, OpusError, packet_samples
-from transceiver.rtpview import parse as parse_rtp
-from transceiver.ssrc import SsrcLatch
+from transceiver.call.jitter import AudioJitterBuffer
+from transceiver.call.opus import Decoder, OpusError, packet_samples
+from transceiver.call.rtpview import parse as parse_rtp
+from transceiver.call.ssrc import SsrcLatch
 
 OPUS_MIME = "audio/opus"
-# Events counted beside the jitter buffer's (transceiver.jitter.EVENTS).
+# Events counted beside the jitter buffer's (transceiver.call.jitter.EVENTS).
 UNDECODABLE = "undecodable"  # libopus refused the packet, or its TOC is not Opus
 FOREIGN = "foreign"  # a payload type negotiated for another codec than Opus
 UNPROTECT_FAILED = "srtp_failed"  # SRTP authentication or replay check failed (direct path)
@@ -59,7 +59,7 @@ PRIVATE: dict[str, type | None] = {
     "_RTCRtpReceiver__rtcp_exited": asyncio.Event,
     "_RTCRtpReceiver__transport": object,
 }
-# aiortc 1.x's RTCDtlsTransport state the direct paths use (here and transceiver.outbound): the
+# aiortc 1.x's RTCDtlsTransport state the direct paths use (here and transceiver.call.outbound): the
 # call's SRTP sessions (None until DTLS is up) and its state; all set by its constructor.
 DTLS_PRIVATE = ("_rx_srtp", "_tx_srtp", "_state")
 
@@ -199,7 +199,7 @@ class ForeignSsrc(pylibsrtp.Error):
 
 
 class LatchedSrtp:
-    """A call's inbound SRTP session behind its SSRC latch (``transceiver.ssrc``).
+    """A call's inbound SRTP session behind its SSRC latch (``transceiver.call.ssrc``).
 
     ``latch_srtp`` makes it the DTLS transport's ``_rx_srtp``, so that every unprotect of the
     call goes through it: the direct path's (``direct_rtp``) and aiortc's own receive loop's
@@ -262,7 +262,7 @@ def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[by
     which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
     packet. This does the same work as plain calls, from the socket's callback: the SSRC latch
     (``srtp``, see ``latch_srtp``), SRTP unprotect with the call's own session (the DTLS
-    transport's, so the replay window is shared), read the header (``transceiver.rtpview``:
+    transport's, so the replay window is shared), read the header (``transceiver.call.rtpview``:
     header extensions are not decoded, nothing here reads them), ``handle_rtp``. Returns
     False for what it leaves to aiortc (RTCP of an admitted SSRC: aiortc's receiver and sender
     reports keep working as before); an RTCP packet of a refused SSRC is dropped here, before
@@ -330,13 +330,13 @@ def _check_private(receiver: Any) -> None:
         else:
             continue
         raise RuntimeError(
-            f"aiortc's RTCRtpReceiver has no {missing} where transceiver.inbound expects it; "
+            f"aiortc's RTCRtpReceiver has no {missing} where transceiver.call.inbound expects it; "
             "this aiortc is not supported"
         )
     dtls = receiver._RTCRtpReceiver__transport
     missing_dtls = [name for name in DTLS_PRIVATE if not hasattr(dtls, name)]
     if missing_dtls:
         raise RuntimeError(
-            f"aiortc's RTCDtlsTransport has no {', '.join(missing_dtls)} where transceiver.inbound "
-            "expects it; this aiortc is not supported"
+            f"aiortc's RTCDtlsTransport has no {', '.join(missing_dtls)} where "
+            "transceiver.call.inbound expects it; this aiortc is not supported"
         )

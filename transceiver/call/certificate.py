@@ -12,8 +12,8 @@ are hashed again each time. A transceiver has one DTLS identity instead, as most
   after that use the new one; a running session keeps the one it answered with (its peer
   connection holds it).
 - ``use_certificate`` gives one to a peer connection before its offer is applied (aiortc creates
-  the DTLS transport then). Like ``transceiver.ice.install`` it sets one private attribute, on
-  the aiortc versions ``transceiver.ice.check_versions`` accepts; no global patch.
+  the DTLS transport then). Like ``transceiver.call.ice.install`` it sets one private attribute, on
+  the aiortc versions ``transceiver.call.ice.check_versions`` accepts; no global patch.
 
 The security consequence (docs/security.md): the fingerprint, in every answer and in the clear
 in every DTLS 1.2 handshake, links the calls one process answered while a certificate lasts.

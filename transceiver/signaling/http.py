@@ -4,17 +4,18 @@
 - ``DELETE /whip/{id}`` ends the session; ``PATCH`` is answered 405 with the reason (no trickle,
   no ICE restart: clients are reached through the relay and a restart means a new session).
   The id is signed and names the owning transceiver (``common.sessionid``): any transceiver
-  takes these requests and passes them on to the owner (``transceiver.routes``, ``.peerhttp``).
+  takes these requests and passes them on to the owner (``transceiver.ownership``, ``.forward``).
 - ``POST /whip`` with ``X-Rtcedge-Resume: <token>`` moves a call here from a draining
-  transceiver: the token is claimed from its owner (``transceiver.routes.route_resume``,
-  ``.peerhttp``), the session takes the call's id and the backend resumes it. The owner answers
+  transceiver: the token is claimed from its owner (``transceiver.ownership.route_resume``,
+  ``.forward``), the session takes the call's id and the backend resumes it. The owner answers
   claims at ``CLAIM_PATH``, for peers only (docs/transceiver.md, "Moving calls on scale-down").
 - ``OPTIONS`` and CORS headers, so a page from another origin can call it; optional bearer token
-  (a static one, or short-lived signed ones: ``transceiver.tokens``).
+  (a static one, or short-lived signed ones: ``transceiver.signaling.tokens``).
 - Errors are plain-text reasons with a precise status: 400 bad offer, 401 token, 404 session,
   413 too large, 415 content type, 429 + Retry-After over a client's quota
-  (``transceiver.quota``), 503 + Retry-After at capacity, while draining or without a backend.
-  A reason never carries configuration (the backend's URL may hold a secret): details are logged.
+  (``transceiver.signaling.quota``), 503 + Retry-After at capacity, while draining or without a
+  backend. A reason never carries configuration (the backend's URL may hold a secret): details are
+  logged.
 
 ``/metrics`` is served by ``make_metrics_app`` on its own listener (``--metrics``): the WHIP port
 is public through the ingress, and metrics are for the cluster only.
@@ -33,19 +34,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transceiver.backend import BackendError
-from transceiver.load import Refusal
+from transceiver.call.session import Session
+from transceiver.headroom import Refusal
 from transceiver.migration import ClaimRefused
-from transceiver.offer import OfferError, check_offer
-from transceiver.peerhttp import PeerForwarder
-from transceiver.quota import (
-    RateLimiter,
-    SessionsPerClient,
-    client_address,
-    client_key,
-    from_trusted_proxy,
-    retry_after,
-)
-from transceiver.routes import (
+from transceiver.ownership import (
     CLAIM_PATH,
     FORWARDED_HEADER,
     RESUME_HEADER,
@@ -53,12 +45,21 @@ from transceiver.routes import (
     Refused,
 )
 from transceiver.server import SessionLimitError, TransceiverServer
-from transceiver.session import Session
-from transceiver.tokens import TokenError, TokenVerifier
+from transceiver.signaling.forward import PeerForwarder
+from transceiver.signaling.offer import OfferError, check_offer
+from transceiver.signaling.quota import (
+    RateLimiter,
+    SessionsPerClient,
+    client_address,
+    client_key,
+    from_trusted_proxy,
+    retry_after,
+)
+from transceiver.signaling.tokens import TokenError, TokenVerifier
 
 log = logging.getLogger("rtcedge.transceiver")
 
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(__file__).parents[1] / "static"  # transceiver/static: the demo page
 RETRY_AFTER_S = "5"
 PEER_RETRY_AFTER_S = "1"
 PATCH_REASON = (
@@ -299,7 +300,7 @@ def make_app(server: TransceiverServer) -> web.Application:
 
     def refused(method: str, reason: str) -> web.Response:
         """A session request nobody here answers: 404, or 503 + Retry-After when trying again
-        may work (busy, owner_failed); counted by reason (``transceiver.routes``)."""
+        may work (busy, owner_failed); counted by reason (``transceiver.ownership``)."""
         server.metrics.session_requests_refused.labels(reason).inc()
         log.debug("%s of a session refused: %s", method, reason)
         if reason in RETRY_REFUSALS:
@@ -309,7 +310,7 @@ def make_app(server: TransceiverServer) -> web.Application:
 
     async def owned(request: web.Request, subject: str | None = None) -> Session | web.Response:
         """The session a DELETE/PATCH names if this transceiver owns it; else the owner's
-        answer (``transceiver.peerhttp``: its budgets count the client by address and
+        answer (``transceiver.signaling.forward``: its budgets count the client by address and
         ``subject``, as the quotas do) or a refusal."""
         method, resource_id = request.method, request.match_info["session_id"]
         route = server.router.route(resource_id, time.time(), FORWARDED_HEADER in request.headers)
@@ -358,9 +359,10 @@ def make_app(server: TransceiverServer) -> web.Application:
         return fail("PATCH", 405, PATCH_REASON, Allow="DELETE, OPTIONS")
 
     async def claim(request: web.Request) -> web.Response:
-        """The owner's side of a move: a peer claims a resume token (``transceiver.peerhttp``).
-        Only requests marked as forwarded are answered (a client never calls this); the token
-        is the capability, answered once: 200 + the call id and metadata as JSON."""
+        """The owner's side of a move: a peer claims a resume token
+        (``transceiver.signaling.forward``). Only requests marked as forwarded are answered (a
+        client never calls this); the token is the capability, answered once: 200 + the call id
+        and metadata as JSON."""
         token = request.headers.get(RESUME_HEADER)
         if FORWARDED_HEADER not in request.headers or token is None:
             return web.Response(status=404, text="not found\n")

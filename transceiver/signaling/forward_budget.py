@@ -1,13 +1,14 @@
-"""How many requests may be passed on to peers at once, and to which owner: the bounds of
-``transceiver.peerhttp`` (which is the I/O). Sans-I/O: owners, client keys and ``now`` in, a
-``Slot`` or the reason for refusing one out.
+"""How many requests may be passed on to fellow transceivers at once, and to which owner.
+
+The bounds of ``transceiver.signaling.forward`` (which is the I/O). Sans-I/O: owners, client keys
+and ``now`` in, a ``Slot`` or the reason for refusing one out.
 
 Why more than one counter (issue 21, item 6): with one budget for every owner, 40 DELETEs of an
 id whose owner hangs held all 32 slots for --peer-timeout each, and a DELETE to a healthy owner
 and a resume offer were refused (~7 requests/s sustained it). Now:
 - DELETE/PATCH forwards: at most ``max_forwards`` in all, ``max_per_owner`` to one owner and
-  ``max_per_client`` from one client (``transceiver.quota.client_key``): an owner that hangs
-  holds at most its own few slots, a client at most two;
+  ``max_per_client`` from one client (``transceiver.signaling.quota.client_key``): an owner that
+  hangs holds at most its own few slots, a client at most two;
 - resume claims: a budget of their own (``max_claims``), untouched by forwards; not per owner,
   since a draining owner's calls all claim from it at once;
 - an owner that timed out is failed fast (``owner_failing``) for ``fail_fast_s``: no slot is

@@ -1,12 +1,12 @@
-"""The shared media socket's I/O edge: drain it on each wake-up, send without a buffer.
+"""The media socket's asyncio transport: read it dry on each wake-up, send without a buffer.
 
 asyncio's datagram transport reads ONE datagram per readiness event: every packet of every
 call costs a whole event-loop iteration (an ``epoll_wait``, the ready list, the callback).
 With a few hundred calls at 50 packets/s each way, that iteration cost more than handling the
-packet (measured with py-spy on the sessions benchmark). ``UdpEdge`` registers the socket with
-``loop.add_reader`` and reads up to ``MAX_READS_PER_WAKE`` datagrams per wake-up, handing each
-to the protocol (``transceiver.media.MediaSocket``) as asyncio would; then it yields, so timers
-(the audio clock) and other sockets still run between bursts.
+packet (measured with py-spy on the sessions benchmark). ``DrainingTransport`` registers the socket
+with ``loop.add_reader`` and reads up to ``MAX_READS_PER_WAKE`` datagrams per wake-up, handing each
+to the protocol (``transceiver.socket.media.MediaSocket``) as asyncio would; then it yields, so
+timers (the audio clock) and other sockets still run between bursts.
 
 Sending is a plain non-blocking ``sendto``: media is not worth queueing. When the kernel's send
 buffer is full (``EAGAIN``) the datagram is dropped and counted, where asyncio would buffer it
@@ -29,7 +29,7 @@ SEND_ERROR = "send_error"
 RECEIVE_ERROR = "receive_error"
 
 
-class UdpEdge(asyncio.DatagramTransport):
+class DrainingTransport(asyncio.DatagramTransport):
     """A datagram transport for one bound, non-blocking UDP socket (see the module's doc)."""
 
     def __init__(

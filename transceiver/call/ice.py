@@ -37,7 +37,7 @@ import aiortc
 from aioice.candidate import Candidate, candidate_foundation, candidate_priority
 from aioice.ice import CandidatePair, StunProtocol
 
-from transceiver.demux import is_tcp, over_tcp
+from transceiver.socket.demux import is_tcp, over_tcp
 
 Addr = tuple[str, int]
 # RFC 6544 section 4.2: local preference = 2^13 * direction-pref + other-pref, a passive host
@@ -80,7 +80,7 @@ class VirtualTransport(asyncio.DatagramTransport):
         self._closing = False
 
     def sendto(self, data: Any, addr: Any = None) -> None:
-        # The shared socket decides the way out (transceiver.demux): STUN to ``addr`` if it
+        # The shared socket decides the way out (transceiver.socket.demux): STUN to ``addr`` if it
         # authenticated for this session, everything else along the session's latched path.
         if not self._closing:
             self._send(bytes(data), (addr[0], addr[1]) if addr else None)
@@ -186,7 +186,7 @@ class SharedSocketConnection(PromptConnection):
         self._selected: Addr | None = None
         self.protocol: StunProtocol | None = None
         # Once the call's SRTP is up: takes an RTP/RTCP datagram directly, True if it did
-        # (``transceiver.inbound.direct_rtp``); else datagrams queue for aiortc's DTLS task.
+        # (``transceiver.call.inbound.direct_rtp``); else datagrams queue for aiortc's DTLS task.
         self.rtp_sink: Callable[[bytes], bool] | None = None
 
     async def gather_candidates(self) -> None:
@@ -325,7 +325,7 @@ class SharedSocketConnection(PromptConnection):
 
         STUN from a TCP client goes to the TCP candidate's protocol (none: the answer named no
         TCP candidate, so it is ignored), as the plain address aioice knows. Once the call's
-        SRTP is up, RTP goes to ``rtp_sink`` directly (``transceiver.inbound.direct_rtp``)."""
+        SRTP is up, RTP goes to ``rtp_sink`` directly (``transceiver.call.inbound.direct_rtp``)."""
         first = data[0]
         if first < 4:
             protocol = self.protocol

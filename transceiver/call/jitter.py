@@ -1,4 +1,4 @@
-"""A low-latency audio jitter buffer for inbound RTP audio (``transceiver.inbound`` feeds it).
+"""A low-latency audio jitter buffer for inbound RTP audio (``transceiver.call.inbound`` feeds it).
 
 aiortc's audio buffer (``JitterBuffer(capacity=16, prefetch=4)``) holds four frames (80 ms) and,
 after a single lost packet, waits until 16 packets stand behind the hole before skipping it: a
@@ -18,7 +18,7 @@ or None``; ``add`` is the same in aiortc's interface), with another policy than 
 - late packets (already skipped) are dropped; a sequence jump beyond ``capacity`` or back beyond
   ``MAX_MISORDER`` (a sender that restarted) starts over at the new packet.
 
-Sans-I/O: no clock, no socket. The transceiver's receiver (``transceiver.inbound``) pushes into
+Sans-I/O: no clock, no socket. The transceiver's receiver (``transceiver.call.inbound``) pushes into
 it; ``install`` swaps it into a stock aiortc receiver instead (the bench's aiortc callers),
 guarded by the private attribute it replaces (aiortc 1.x): on another aiortc it refuses.
 """
@@ -145,7 +145,7 @@ def install(pc: Any, on_event: Callable[[str, int], None] | None = None) -> int:
         if not isinstance(getattr(receiver, _PRIVATE_BUFFER, None), JitterBuffer):
             raise RuntimeError(
                 "aiortc's RTCRtpReceiver no longer holds a JitterBuffer where "
-                "transceiver.jitter expects it; this aiortc is not supported"
+                "transceiver.call.jitter expects it; this aiortc is not supported"
             )
         setattr(receiver, _PRIVATE_BUFFER, AudioJitterBuffer(on_event=on_event))
         installed += 1

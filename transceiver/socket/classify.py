@@ -1,8 +1,8 @@
-"""Which session a datagram on the media socket is for, or why it is dropped: a pure decision.
+"""One datagram's verdict, in order: unwrap, who may send, STUN guard, session; or a drop reason.
 
 Sans-I/O, in the manner of str0m's ``accepts``: the datagram's bytes and its source address in,
 a ``Delivery`` (session, client address, payload) or a ``Dropped`` reason out; no socket, no
-clock, no counter. ``transceiver.media.MediaSocket`` receives, asks, counts and delivers. The
+clock, no counter. ``transceiver.socket.media.MediaSocket`` receives, asks, counts and delivers. The
 order, as the code runs it:
 
 1. unwrap: a datagram whose first byte is 0xFF was encapsulated by a relay (``common.encap``):
@@ -41,8 +41,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from aioice import stun as aioice_stun
 
 from common import encap, stun
-from transceiver.demux import DROP_REASONS as DEMUX_DROP_REASONS
-from transceiver.demux import Addr, Demux, over_tcp
+from transceiver.socket.demux import DROP_REASONS as DEMUX_DROP_REASONS
+from transceiver.socket.demux import Addr, Demux, over_tcp
 
 S = TypeVar("S")
 MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered

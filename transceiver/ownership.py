@@ -1,4 +1,4 @@
-"""Which transceiver answers for a WHIP resource: this one, a peer, or nobody (404).
+"""Which transceiver owns a WHIP resource: this one, a fellow transceiver, or nobody (404).
 
 A DELETE or PATCH reaches whichever pod the load balancer picks. The resource id is signed and
 names its owner (``common.sessionid``); ``SessionRouter.route`` decides, with no I/O:
@@ -12,7 +12,7 @@ names its owner (``common.sessionid``); ``SessionRouter.route`` decides, with no
 
 The address comes from our own configuration for a verified transceiver id, never from the
 request: an id carries no address, so nobody can make a pod send a request anywhere else.
-``transceiver.http`` does the forwarding and counts every refusal by reason.
+``transceiver.signaling.http`` does the forwarding and counts every refusal by reason.
 
 ``route_resume`` does the same for the resume token of an offer that moves a call
 (``common.resumetoken``, docs/transceiver.md "Moving calls on scale-down"): a token that does

@@ -10,7 +10,7 @@ most ``MAX_SSRCS_PER_CALL``: the offer's ``a=ssrc`` values first, then each SSRC
 authenticated while there was room. Anything else is refused on the SSRC read in clear (RTP
 bytes 8..12, RTCP's sender SSRC bytes 4..8), before libsrtp sees it.
 
-Sans-I/O: numbers in, decisions out (``transceiver.inbound`` puts it in front of the SRTP
+Sans-I/O: numbers in, decisions out (``transceiver.call.inbound`` puts it in front of the SRTP
 session). Filled by the caller only (its authenticated packets; the offer it sent); bound:
 ``max_ssrcs``; when full: every other SSRC is refused, counted by the caller of ``admits``.
 """

@@ -44,7 +44,7 @@ END_REASONS = (
     "backend_hangup",  # the backend ended the call (session.hangup event)
     "shutdown",  # the transceiver stopped (drain grace over)
     "migrated",  # the call moved to another transceiver (claimed resume token), then hung up here
-    "data_channel_limit",  # the caller's SCTP ignored its window: over a cap (transceiver.sctp)
+    "data_channel_limit",  # the caller's SCTP ignored its window: over a cap (call.sctp)
     "error",  # an unexpected exception while setting up or running
 )
 

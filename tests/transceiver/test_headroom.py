@@ -1,8 +1,8 @@
-"""Admission by load (transceiver.load): samples in, admit or a refusal out; time passed in."""
+"""Admission by load (transceiver.headroom): samples in, admit or a refusal out; time passed in."""
 
 from __future__ import annotations
 
-from transceiver.load import (
+from transceiver.headroom import (
     MAX_UNSETTLED,
     RESUME_FRACTION,
     SESSION_CPU_PCT,

@@ -1,10 +1,10 @@
-"""transceiver.routes: which transceiver answers for a WHIP resource id, with no I/O."""
+"""transceiver.ownership: which transceiver answers for a WHIP resource id, with no I/O."""
 
 from __future__ import annotations
 
 from common.hint import Keyring
 from common.sessionid import sign_session_id
-from transceiver.routes import REFUSAL_REASONS, Forward, Local, Peers, Refused, SessionRouter
+from transceiver.ownership import REFUSAL_REASONS, Forward, Local, Peers, Refused, SessionRouter
 
 RING = Keyring({0: bytes(range(32))}, 0)
 NOW_S = 1_750_000_000.0

@@ -1,17 +1,18 @@
-"""Passing a DELETE or PATCH on to the transceiver that owns its session (``transceiver.routes``
-decides; this is the I/O): a proxy, not a redirect, because the owner's address is a pod's,
-reachable on the cluster network only, and a browser's fetch would have to follow a 307 across
-origins (docs/transceiver.md, "Session resources from any pod"). A resume token's claim
-(``claim``: a call moving off a draining transceiver) goes to its owner the same way, under
-the same bounds.
+"""Passing a request on to the fellow transceiver that owns its session: the I/O.
+
+A DELETE or PATCH goes to the transceiver that owns its session (``transceiver.ownership``
+decides): a proxy, not a redirect, because the owner's address is a pod's, reachable on the
+cluster network only, and a browser's fetch would have to follow a 307 across origins
+(docs/transceiver.md, "Session resources from any pod"). A resume token's claim (``claim``: a
+call moving off a draining transceiver) goes to its owner the same way, under the same bounds.
 
 Bounds (the attacker: anyone who can send requests to the public WHIP port, with any id):
 - only an id signed with our keyring is forwarded, and only to the address our configuration
   gives its owner: no id, header or URL of the request chooses where a request goes;
 - one hop: the forwarded request carries ``FORWARDED_HEADER`` and is never forwarded again;
-- slots of ``transceiver.peerbudget``: forwards in all, per owner and per client, claims apart,
-  and an owner that timed out failed fast for a few seconds (more: busy, owner_busy,
-  client_busy, owner_failing: 503 + Retry-After);
+- slots of ``transceiver.signaling.forward_budget``: forwards in all, per owner and per
+  client, claims apart, and an owner that timed out failed fast for a few seconds (more: busy,
+  owner_busy, client_busy, owner_failing: 503 + Retry-After);
 - each exchange limited to ``connect_timeout_s`` to connect and ``timeout_s`` in all, the answer
   read up to ``MAX_ANSWER_BYTES``;
 - no redirects followed, no cookies, no proxy from the environment.
@@ -28,8 +29,8 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from common.config import format_host_port
-from transceiver.peerbudget import PeerBudget, PeerLimits, Slot
-from transceiver.routes import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER, Claim, Forward
+from transceiver.ownership import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER, Claim, Forward
+from transceiver.signaling.forward_budget import PeerBudget, PeerLimits, Slot
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -84,9 +85,10 @@ class PeerForwarder:
         client: str,
     ) -> web.Response | str:
         """The owner's answer (status, body, the headers a WHIP client reads), or why there is
-        none: no slot (``transceiver.peerbudget.BUDGET_REASONS``; ``client``: whose request,
-        ``transceiver.quota.client_key``), owner_gone (nothing listens there: the pod and its
-        calls are gone) or owner_failed (it timed out or broke the answer)."""
+        none: no slot (``transceiver.signaling.forward_budget.BUDGET_REASONS``; ``client``: whose
+        request, ``transceiver.signaling.quota.client_key``), owner_gone (nothing listens
+        there: the pod and its calls are gone) or owner_failed (it timed out or broke the
+        answer)."""
         slot = self.budget.take_forward(route.transceiver_id, client, time.monotonic())
         if isinstance(slot, str):
             return slot

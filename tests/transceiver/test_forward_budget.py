@@ -1,9 +1,9 @@
-"""The peer forwarder's slots as a pure object (transceiver.peerbudget): owners, clients and
-``now`` in, a slot or a reason out."""
+"""The peer forwarder's slots as a pure object (transceiver.signaling.forward_budget): owners,
+clients and ``now`` in, a slot or a reason out."""
 
 from __future__ import annotations
 
-from transceiver.peerbudget import PeerBudget, PeerLimits, Slot
+from transceiver.signaling.forward_budget import PeerBudget, PeerLimits, Slot
 
 LIMITS = PeerLimits(max_forwards=6, max_per_owner=4, max_per_client=2, max_claims=3,
                     fail_fast_s=3.0, max_failing_owners=3)  # fmt: skip

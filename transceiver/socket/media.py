@@ -1,6 +1,6 @@
-"""The shared media socket, the asyncio edge: receive, classify, count, deliver; send along paths.
+"""The media socket's protocol: count each datagram's verdict, deliver it; send along paths.
 
-Every decision about an incoming datagram is ``transceiver.classify``'s; this protocol only
+Every decision about an incoming datagram is ``transceiver.socket.classify``'s; this protocol only
 counts the verdict (``rtcedge_transceiver_dropped_datagrams_total{reason}``) and hands the
 payload to the session's ICE agent. It adds two reasons of its own: ``session_error`` (the
 session raised on a datagram) and ``no_path`` (a session sent before ICE proved a way back).
@@ -14,9 +14,9 @@ import time
 from typing import Any, Protocol
 
 from common import encap, stun
-from transceiver.classify import Classifier, Dropped
-from transceiver.demux import Demux, is_tcp
 from transceiver.metrics import TransceiverMetrics
+from transceiver.socket.classify import Classifier, Dropped
+from transceiver.socket.demux import Demux, is_tcp
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -28,7 +28,8 @@ NO_PATH = "no_path"
 
 
 class Receiver(Protocol):
-    """What the socket uses of a session (``transceiver.session.Session``), and nothing more."""
+    """What the socket uses of a session (``transceiver.call.session.Session``), and nothing
+    more."""
 
     id: str  # named in logs
     lifecycle: Any  # .check_received(now): its first authenticated check arrived

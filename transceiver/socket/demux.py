@@ -1,4 +1,4 @@
-"""Which session a datagram on the shared media socket belongs to, and where replies go.
+"""The sessions' table: a client address or a check's ufrag to its session, and where replies go.
 
 Sans-I/O, in the shape of pion's udp_mux: one table, one lookup order, named here:
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from transceiver.udpedge import MAX_READS_PER_WAKE, SEND_ERROR, UdpEdge
+from transceiver.socket.transport import MAX_READS_PER_WAKE, SEND_ERROR, DrainingTransport
 
 
 class Recorder(asyncio.DatagramProtocol):
@@ -30,7 +30,7 @@ def test_a_burst_is_delivered_in_order_over_bounded_wake_ups_and_close_stops_rea
         for data in burst:
             sender.sendto(data, sock.getsockname())
         proto = Recorder()
-        edge = UdpEdge(sock, proto)
+        edge = DrainingTransport(sock, proto)
         sizes: list[int] = []
         edge.start()
         for _ in range(50):  # one wake-up per loop iteration at most
@@ -54,7 +54,7 @@ def test_a_failed_send_is_counted_not_raised():
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind(("127.0.0.1", 0))
         drops: list[str] = []
-        edge = UdpEdge(sock, Recorder(), on_drop=drops.append)
+        edge = DrainingTransport(sock, Recorder(), on_drop=drops.append)
         edge.start()
         edge.sendto(b"x" * 70000, ("127.0.0.1", 9))  # EMSGSIZE: larger than any datagram
         edge.close()

@@ -2,7 +2,7 @@
 
 aiortc's ``RtpPacket.parse`` builds an object, a CSRC list and a ``HeaderExtensions`` object per
 packet and decodes every extension (audio level, MID, transport-wide sequence): ~3.3 us per
-packet, more than SRTP. The inbound audio path (``transceiver.inbound``) reads only the payload
+packet, more than SRTP. The inbound audio path (``transceiver.call.inbound``) reads only the payload
 type, sequence number, timestamp, SSRC and payload; ``parse`` returns exactly those (~1 us),
 with aiortc's attribute names so that aiortc's receiver statistics accept it, and refuses what
 aiortc refuses (RFC 3550 5.1: version, truncated CSRCs or extension, bad padding) with the same

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from common.addr import Addr
 from common.config import ConfigError, address_family, check_id_template
 from common.hint import Keyring
 from common.listener import ListenerLimits
@@ -16,7 +17,7 @@ from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.headroom import LoadLimits
 from transceiver.ownership import Peers, SessionRouter
-from transceiver.regions import Addr, RegionTable
+from transceiver.regions import RegionTable
 from transceiver.signaling.forward_budget import PeerLimits
 from transceiver.signaling.tokens import MIN_SECRET_BYTES
 

@@ -21,9 +21,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from common.addr import Addr
 from common.config import ConfigError, address_family, format_host_port, parse_host_port
 
-Addr = tuple[str, int]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_REGION = "default"  # the label of sessions no region was chosen for

@@ -15,6 +15,7 @@ import secrets
 import socket
 import time
 
+from common.addr import Addr, is_tcp
 from common.config import ConfigError, load_keyring
 from common.hint import NONCE_LEN, sign_hint
 from common.resumetoken import NONCE_LEN as RESUME_NONCE_LEN
@@ -35,7 +36,7 @@ from transceiver.config import TransceiverConfig
 from transceiver.headroom import TICK_S, WINDOW_S, Headroom, Refusal
 from transceiver.metrics import TransceiverMetrics
 from transceiver.migration import MIGRATE_EVENT, ClaimRefused, Migrations
-from transceiver.socket.demux import Addr, Demux, is_tcp
+from transceiver.socket.demux import Demux
 from transceiver.socket.media import MediaSocket
 from transceiver.socket.transport import DrainingTransport
 

@@ -9,12 +9,13 @@ import secrets
 from aioice.ice import CandidatePair
 
 from common import encap, stun
+from common.addr import is_tcp, over_tcp
 from tests.support.waits import run
 from tests.transceiver import test_ice, test_media
 from tests.transceiver.test_ice import Recorder
 from tests.transceiver.test_media import RELAY, StandIn, socket_with
 from transceiver.socket.classify import Classifier, Delivery
-from transceiver.socket.demux import Demux, is_tcp, over_tcp
+from transceiver.socket.demux import Demux
 
 CLIENT = ("198.51.100.7", 50000)
 ADVERTISED_TCP = ("203.0.113.5", 443)

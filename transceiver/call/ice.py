@@ -37,9 +37,8 @@ import aiortc
 from aioice.candidate import Candidate, candidate_foundation, candidate_priority
 from aioice.ice import CandidatePair, StunProtocol
 
-from transceiver.socket.demux import is_tcp, over_tcp
+from common.addr import Addr, is_tcp, over_tcp
 
-Addr = tuple[str, int]
 # RFC 6544 section 4.2: local preference = 2^13 * direction-pref + other-pref, a passive host
 # candidate's direction-pref being 4; below the UDP candidates' 65535 - index, so that UDP wins
 # whenever it works.

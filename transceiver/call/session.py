@@ -22,10 +22,11 @@ from typing import Any
 from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
+from common.addr import Addr
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
 from transceiver.call import inbound, outbound, sctp
 from transceiver.call.certificate import use_certificate
-from transceiver.call.ice import Addr, SharedSocketConnection, install
+from transceiver.call.ice import SharedSocketConnection, install
 from transceiver.call.lifecycle import Lifecycle, Limits, State
 from transceiver.call.outbound_track import BackendAudioTrack
 from transceiver.call.ssrc import SsrcLatch, offered_ssrcs

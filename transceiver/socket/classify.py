@@ -41,8 +41,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from aioice import stun as aioice_stun
 
 from common import encap, stun
+from common.addr import Addr, over_tcp
 from transceiver.socket.demux import DROP_REASONS as DEMUX_DROP_REASONS
-from transceiver.socket.demux import Addr, Demux, over_tcp
+from transceiver.socket.demux import Demux
 
 S = TypeVar("S")
 MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered

@@ -36,23 +36,9 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from common import stun
+from common.addr import Addr
 
-Addr = tuple[str, int]
 S = TypeVar("S")
-# A client that reached a relay over TCP (ICE-TCP: the relay marks its datagrams with
-# common.encap.FLAG_TCP) is told apart from a UDP client of the same (IP, port) by a third
-# element: ``over_tcp((ip, port)) == (ip, port, "tcp")``. Everything here treats it as just
-# another address; only the socket's send path and the ICE agent look at the mark.
-TCP = "tcp"
-
-
-def over_tcp(addr: tuple[str, int]) -> Addr:
-    return (addr[0], addr[1], TCP)  # type: ignore[return-value]
-
-
-def is_tcp(client: Addr) -> bool:
-    return len(client) > 2
-
 
 MAX_ADDRESSES = 4  # NAT rebinding needs 2-3 at once; a phone's Wi-Fi and cellular one more
 MAX_TRANSACTIONS = 256  # check ids remembered per session, to refuse replayed checks

@@ -14,9 +14,10 @@ import time
 from typing import Any, Protocol
 
 from common import encap, stun
+from common.addr import is_tcp
 from transceiver.metrics import TransceiverMetrics
 from transceiver.socket.classify import Classifier, Dropped
-from transceiver.socket.demux import Demux, is_tcp
+from transceiver.socket.demux import Demux
 
 log = logging.getLogger("rtcedge.transceiver")
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from transceiver.signaling.quota import (
-    RateLimiter,
-    SessionsPerClient,
-    client_address,
-    client_key,
-    retry_after,
-)
+from transceiver.signaling.clients import client_address, client_key
+from transceiver.signaling.quota import RateLimiter, SessionsPerClient, retry_after
 
 PROXIES = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8")]
 

@@ -86,7 +86,7 @@ class PeerForwarder:
     ) -> web.Response | str:
         """The owner's answer (status, body, the headers a WHIP client reads), or why there is
         none: no slot (``transceiver.signaling.forward_budget.BUDGET_REASONS``; ``client``: whose
-        request, ``transceiver.signaling.quota.client_key``), owner_gone (nothing listens
+        request, ``transceiver.signaling.clients.client_key``), owner_gone (nothing listens
         there: the pod and its calls are gone) or owner_failed (it timed out or broke the
         answer)."""
         slot = self.budget.take_forward(route.transceiver_id, client, time.monotonic())

@@ -7,7 +7,7 @@ Why more than one counter (issue 21, item 6): with one budget for every owner, 4
 id whose owner hangs held all 32 slots for --peer-timeout each, and a DELETE to a healthy owner
 and a resume offer were refused (~7 requests/s sustained it). Now:
 - DELETE/PATCH forwards: at most ``max_forwards`` in all, ``max_per_owner`` to one owner and
-  ``max_per_client`` from one client (``transceiver.signaling.quota.client_key``): an owner that
+  ``max_per_client`` from one client (``transceiver.signaling.clients.client_key``): an owner that
   hangs holds at most its own few slots, a client at most two;
 - resume claims: a budget of their own (``max_claims``), untouched by forwards; not per owner,
   since a draining owner's calls all claim from it at once;

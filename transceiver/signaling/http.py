@@ -45,16 +45,10 @@ from transceiver.ownership import (
     Refused,
 )
 from transceiver.server import SessionLimitError, TransceiverServer
+from transceiver.signaling.clients import client_address, client_key, from_trusted_proxy
 from transceiver.signaling.forward import PeerForwarder
 from transceiver.signaling.offer import OfferError, check_offer
-from transceiver.signaling.quota import (
-    RateLimiter,
-    SessionsPerClient,
-    client_address,
-    client_key,
-    from_trusted_proxy,
-    retry_after,
-)
+from transceiver.signaling.quota import RateLimiter, SessionsPerClient, retry_after
 from transceiver.signaling.tokens import TokenError, TokenVerifier
 
 log = logging.getLogger("rtcedge.transceiver")

@@ -1,4 +1,4 @@
-"""Per-client quotas on session creation: who the client is, how fast and how many it may start.
+"""Per-client quotas on session creation: how fast and how many sessions one client may start.
 
 A WHIP client that may POST (no token configured, or one that holds a valid token) could
 otherwise hold every session slot of a transceiver: each offer takes a slot until ICE connects
@@ -7,65 +7,17 @@ or times out. Two bounds per client, both sans-I/O with ``now`` passed in:
 - ``RateLimiter``: a token bucket per client (``burst`` offers at once, then ``rate_per_s``).
 - ``SessionsPerClient``: at most ``cap`` live sessions per client.
 
-The client is the subject of its signed token when it has one (users behind one NAT then do not
-share a quota), else its address: the TCP peer, or, only when the peer is a trusted proxy, the
-address that proxy reports in a header such as X-Forwarded-For (``client_address``). IPv6
-addresses count by their /64, the block one subscriber usually gets.
+Both count by client key (``transceiver.signaling.clients``: who the client is, its token's
+subject, else its address).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections import OrderedDict
-from collections.abc import Container, Sequence
+from collections.abc import Container
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_CLIENTS = 4096  # buckets kept; ~200 B each, so < 1 MiB
-IPV6_PREFIX = 64
-
-
-def client_address(
-    peer: str | None, forwarded: str | None, trusted: Sequence[Network]
-) -> str | None:
-    """The client's IP: the peer, or what trusted proxies in front of us say it is.
-
-    A proxy appends the address it got the request from to the header, so the list reads
-    client, proxy1, proxy2...; only the entries our trusted proxies added can be believed. We
-    walk it from the right and take the first address that is not a trusted proxy (anything
-    to its left was written by the client itself). An entry that is not an IP stops the walk.
-    """
-    address = _ip(peer)
-    if address is None or not forwarded or not _within(address, trusted):
-        return peer
-    for entry in reversed(forwarded.split(",")):
-        hop = _ip(entry.strip())
-        if hop is None:
-            break
-        address = hop
-        if not _within(hop, trusted):
-            break
-    return str(address)
-
-
-def from_trusted_proxy(peer: str | None, trusted: Sequence[Network]) -> bool:
-    """Whether the TCP peer is one of our trusted proxies: only then are its headers believed."""
-    address = _ip(peer)
-    return address is not None and _within(address, trusted)
-
-
-def client_key(address: str | None, subject: str | None = None) -> str:
-    """The quota key: the token's subject, else the address (an IPv6 one by its /64)."""
-    if subject:
-        return f"sub:{subject}"
-    ip = _ip(address)
-    if ip is None:
-        return f"addr:{address or ''}"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return f"addr:{ip.ipv4_mapped}"
-        return f"addr:{ipaddress.IPv6Network((ip, IPV6_PREFIX), strict=False)}"
-    return f"addr:{ip}"
 
 
 class RateLimiter:
@@ -144,16 +96,3 @@ class SessionsPerClient:
 def retry_after(seconds: float) -> str:
     """A Retry-After value: whole seconds, at least 1."""
     return str(max(1, math.ceil(seconds)))
-
-
-def _ip(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if not text:
-        return None
-    try:
-        return ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return None
-
-
-def _within(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, nets: Sequence[Network]) -> bool:
-    return any(ip.version == net.version and ip in net for net in nets)

@@ -28,9 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import aiohttp
 import click
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtcsctptransport import (
     SCTP_DATA_FIRST_FRAG,
     SCTP_DATA_LAST_FRAG,
@@ -42,7 +41,7 @@ from google_crc32c import value as crc32c
 
 from bench.harness.procfs import process_cpu_ns, rss_bytes
 from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
-from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only
+from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only, whip_call
 
 GAP_BLOCKS_PER_SACK = 280  # what fits one packet (4 bytes each)
 MAX_PACKET_BYTES = 1180  # an SCTP packet that fits one relay slot with DTLS around it
@@ -78,20 +77,7 @@ class SctpAttacker:
         self.hung_up = False  # the transceiver ended the call while we attacked
 
     async def connect(self, url: str, timeout_s: float = 15.0) -> None:
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/whip",
-                data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp"},
-            ) as resp,
-        ):
-            body = await resp.text()
-            if resp.status != 201:
-                raise RuntimeError(f"WHIP {resp.status}: {body}")
-            self.location = resp.headers["Location"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+        self.location = await whip_call(self.pc, url)
         await asyncio.wait_for(self.opened.wait(), timeout_s)
 
     @property

@@ -1,6 +1,6 @@
 """A hung owner against the peer forwarder (issue 21, item 6): what a legitimate DELETE gets.
 
-``python3 -m bench.forward_abuse`` runs two transceiver processes on loopback: 0 takes the
+``rtcedge bench forward-abuse`` runs two transceiver processes on loopback: 0 takes the
 requests, 1 owns real sessions; "transceiver 2" is a TCP listener that accepts and never answers.
 An attacker sends DELETEs of ids owned by 2 (a burst of ``--burst``, then ``--rate`` per second,
 from 20 client addresses via X-Forwarded-For) for ``--seconds``; meanwhile, and in a phase
@@ -12,16 +12,15 @@ and the attacker's statuses. Bounded: ``--seconds`` (<= 30) per phase, at most
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
 import socket
 import statistics
-import sys
 import time
 
 import aiohttp
+import click
 
 from bench.offer_abuse import SDP_HEADERS, normal_offer
 from bench.peers import RelayProcess, TransceiverProcess, started_in_order
@@ -101,14 +100,22 @@ async def run_bench(owner, front, relay, burst: int, rate: float, seconds: float
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--burst", type=int, default=40)
-    parser.add_argument("--rate", type=float, default=7.0, help="attacking DELETEs per second")
-    parser.add_argument("--seconds", type=float, default=8.0, help="per phase")
-    args = parser.parse_args(argv)
-    if not (1 <= args.burst <= 200 and 0.5 <= args.rate <= 50 and 2 <= args.seconds <= 30):
-        parser.error("--burst 1..200, --rate 0.5..50, --seconds 2..30")
+@click.command("forward-abuse")
+@click.option("--burst", type=click.IntRange(1, 200), default=40, show_default=True,
+              help="Attacking DELETEs sent at once first.")  # fmt: skip
+@click.option("--rate", type=click.FloatRange(0.5, 50), default=7.0, show_default=True,
+              help="Attacking DELETEs per second after the burst.")  # fmt: skip
+@click.option("--seconds", type=click.FloatRange(2, 30), default=8.0, show_default=True,
+              help="Length of each phase (without, then with the attack).")  # fmt: skip
+def forward_abuse_bench(burst: int, rate: float, seconds: float) -> None:
+    """DELETEs of a hung owner's ids beside a legitimate client's DELETEs through the same
+    transceiver: statuses and answer times with and without the attack.
+
+    \b
+    Examples:
+      rtcedge bench forward-abuse
+      rtcedge bench forward-abuse --burst 80 --seconds 4
+    """
     loopback_only()
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -123,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     try:
         with started_in_order(owner, front):
-            result = asyncio.run(
-                run_bench(owner, front, relay, args.burst, args.rate, args.seconds)
-            )
+            result = asyncio.run(run_bench(owner, front, relay, burst, rate, seconds))
     finally:
         silent.close()
     for phase in ("without_attack", "with_attack"):
@@ -134,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
               f"ms median {r['ms_median']}  max {r['ms_max']}")  # fmt: skip
     print(f"attacker statuses {result['attacker_statuses']}")
     print("result: " + json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    forward_abuse_bench()

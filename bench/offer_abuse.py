@@ -6,7 +6,7 @@ the audit did: codec lines, video m-lines, ``a=ssrc`` lines, as large as the aud
 each line limit of ``transceiver.signaling.offer.OfferLimits`` is what refuses it (400). The tests
 and this benchmark use the same offers.
 
-``python3 -m bench.offer_abuse`` runs a relay, a transceiver process and a victim aiortc call
+``rtcedge bench offer-abuse`` runs a relay, a transceiver process and a victim aiortc call
 (``EchoCaller``), all on loopback, and prints, in one run:
 - the transceiver's event-loop CPU (its main thread, /proc/<pid>/task/<pid>/schedstat) per POST,
   for each pathological offer, beside the same figure for a normal offer (a session made, then
@@ -18,16 +18,15 @@ Bounded: ``--posts`` POSTs per offer for the CPU figure, ``--window`` seconds pe
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
+import click
 
 from bench.harness.procfs import cpu_ns
 from bench.peers import RelayProcess, TransceiverProcess, started_in_order
@@ -249,27 +248,37 @@ def report(result: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--posts", type=int, default=40, help="POSTs per offer (CPU figure)")
-    parser.add_argument("--window", type=float, default=2.0, help="seconds per gap window")
-    parser.add_argument("--copies", type=int, default=10, help="POSTs at once per offer")
-    parser.add_argument("--cpu", type=int, default=None, help="pin the transceiver to this CPU")
-    args = parser.parse_args(argv)
-    if not (1 <= args.posts <= 500 and 0.5 <= args.window <= 10 and 1 <= args.copies <= 50):
-        parser.error("--posts 1..500, --window 0.5..10 s, --copies 1..50")
+@click.command("offer-abuse")
+@click.option("--posts", type=click.IntRange(1, 500), default=40, show_default=True,
+              help="POSTs per offer for the CPU figure.")  # fmt: skip
+@click.option("--window", type=click.FloatRange(0.5, 10), default=2.0, show_default=True,
+              help="Seconds per gap window.")  # fmt: skip
+@click.option("--copies", type=click.IntRange(1, 50), default=10, show_default=True,
+              help="POSTs at once per offer during the gap window.")  # fmt: skip
+@click.option(
+    "--cpu", type=click.IntRange(0), default=None, help="Pin the transceiver to this CPU."
+)
+def offer_abuse_bench(posts: int, window: float, copies: int, cpu: int | None) -> None:
+    """Pathological WHIP offers: the transceiver's CPU per refused POST beside a normal offer's,
+    and a victim call's longest gap while they arrive, beside without.
+
+    \b
+    Examples:
+      rtcedge bench offer-abuse
+      rtcedge bench offer-abuse --posts 10 --cpu 0
+    """
     loopback_only()
     relay = RelayProcess({}, workers=1, pin=False)
     trx = TransceiverProcess(relay, extra_args=["--client-rate", "0", "--admit-max-cpu", "0",
                                                 "--admit-max-loop-lag", "0"])  # fmt: skip
     relay.transceivers = {trx.tid: trx.media_address}
     with started_in_order(relay, trx):
-        if args.cpu is not None:
+        if cpu is not None:
             import os
 
             assert trx.proc is not None
-            os.sched_setaffinity(trx.proc.pid, {args.cpu})
-        result = asyncio.run(run_bench(trx, args.posts, args.window, args.copies))
+            os.sched_setaffinity(trx.proc.pid, {cpu})
+        result = asyncio.run(run_bench(trx, posts, window, copies))
     refused = [v["cpu_ms_per_post"] for v in result["refused"].values()]
     result["refused_cpu_ms_max"] = max(refused)
     result["refused_cpu_ms_median"] = statistics.median(refused)
@@ -277,8 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     result["victim_gap_ms_without_max"] = max(result["victim_gap_ms_without"].values())
     print(report(result))
     print("result: " + json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    offer_abuse_bench()

@@ -11,7 +11,7 @@ transport, past its own sender, so it can do what a browser never does:
   for large events;
 - ``bogus_sacks``: SACKs whose gap blocks claim 65,535 TSNs each, none ever sent.
 
-``python3 -m bench.sctp_attack`` runs a relay and a transceiver process, a victim caller
+``rtcedge bench sctp-attack`` runs a relay and a transceiver process, a victim caller
 (``EchoCaller``) and, in turn, no attack (the reference) and each attack for the same time,
 and prints per run the transceiver's CPU per attack chunk (µs, from the first attack packet
 until its CPU rate is back to the reference's, that rate for as long subtracted; per event
@@ -21,17 +21,15 @@ and how the attacker's session ended. Every load is bounded in chunks and second
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import struct
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import aiohttp
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+import click
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtcsctptransport import (
     SCTP_DATA_FIRST_FRAG,
     SCTP_DATA_LAST_FRAG,
@@ -43,7 +41,7 @@ from google_crc32c import value as crc32c
 
 from bench.harness.procfs import process_cpu_ns, rss_bytes
 from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
-from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only
+from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only, whip_call
 
 GAP_BLOCKS_PER_SACK = 280  # what fits one packet (4 bytes each)
 MAX_PACKET_BYTES = 1180  # an SCTP packet that fits one relay slot with DTLS around it
@@ -79,20 +77,7 @@ class SctpAttacker:
         self.hung_up = False  # the transceiver ended the call while we attacked
 
     async def connect(self, url: str, timeout_s: float = 15.0) -> None:
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/whip",
-                data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp"},
-            ) as resp,
-        ):
-            body = await resp.text()
-            if resp.status != 201:
-                raise RuntimeError(f"WHIP {resp.status}: {body}")
-            self.location = resp.headers["Location"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+        self.location = await whip_call(self.pc, url)
         await asyncio.wait_for(self.opened.wait(), timeout_s)
 
     @property
@@ -337,32 +322,65 @@ async def run_all(attacks: list[str], sizes: dict[str, int], seconds: float) -> 
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attacks", default=",".join(ATTACKS[1:]))
-    parser.add_argument("--seconds", type=float, default=4.0, help="each run's length (<= 30)")
-    parser.add_argument("--chunks", type=int, default=6000, help="skipped_tsn's chunks")
-    parser.add_argument("--messages", type=int, default=20000, help="parked_messages' messages")
-    parser.add_argument("--events", type=int, default=1500, help="without_sacks' 15 KB events")
-    parser.add_argument("--sacks", type=int, default=200, help="bogus_sacks' SACKs")
-    parser.add_argument("--json", action="store_true", help="one JSON line per run")
-    args = parser.parse_args()
-    attacks = [a for a in args.attacks.split(",") if a]
-    unknown = set(attacks) - set(ATTACKS[1:])
-    if unknown or not 0 < args.seconds <= 30:
-        parser.error(f"unknown attack {sorted(unknown)} or --seconds out of (0, 30]")
+def _attack_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    attacks = [a for a in value.split(",") if a]
+    unknown = sorted(set(attacks) - set(ATTACKS[1:]))
+    if unknown:
+        raise click.BadParameter(f"unknown attack {unknown}; known: {', '.join(ATTACKS[1:])}")
+    return attacks
+
+
+@click.command("sctp-attack")
+@click.option(
+    "--attacks",
+    default=",".join(ATTACKS[1:]),
+    show_default=True,
+    callback=_attack_list,
+    help="Comma-separated attacks to run after the reference.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0, 30, min_open=True),
+    default=4.0,
+    show_default=True,
+    help="Each run's length.",
+)
+@click.option("--chunks", type=click.IntRange(1, 100_000), default=6000, show_default=True,
+              help="skipped_tsn's chunks.")  # fmt: skip
+@click.option("--messages", type=click.IntRange(1, 100_000), default=20000, show_default=True,
+              help="parked_messages' messages.")  # fmt: skip
+@click.option("--events", type=click.IntRange(1, 10_000), default=1500, show_default=True,
+              help="without_sacks' 15 KB events.")  # fmt: skip
+@click.option("--sacks", type=click.IntRange(1, 10_000), default=200, show_default=True,
+              help="bogus_sacks' SACKs.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per run.")
+def sctp_attack_bench(
+    attacks: list[str],
+    seconds: float,
+    chunks: int,
+    messages: int,
+    events: int,
+    sacks: int,
+    as_json: bool,
+) -> None:
+    """A call's data channel attacked (skipped TSN, parked messages, no SACKs, bogus SACKs):
+    the transceiver's CPU per chunk and RSS, and a victim call's longest gap, beside no attack.
+
+    \b
+    Examples:
+      rtcedge bench sctp-attack
+      rtcedge bench sctp-attack --attacks skipped_tsn --seconds 2
+    """
     loopback_only()
     sizes = {
-        "skipped_tsn": args.chunks,
-        "parked_messages": args.messages,
-        "without_sacks": args.events,
-        "bogus_sacks": args.sacks,
+        "skipped_tsn": chunks,
+        "parked_messages": messages,
+        "without_sacks": events,
+        "bogus_sacks": sacks,
     }
-    runs = asyncio.run(
-        asyncio.wait_for(run_all(attacks, sizes, args.seconds), 120 + 20 * args.seconds)
-    )
+    runs = asyncio.run(asyncio.wait_for(run_all(attacks, sizes, seconds), 120 + 20 * seconds))
     for r in runs:
-        if args.json:
+        if as_json:
             print(json.dumps(asdict(r)))
             continue
         per_chunk = "-" if r.cpu_us_per_chunk is None else f"{r.cpu_us_per_chunk:.1f}"
@@ -375,5 +393,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
+    sctp_attack_bench()

@@ -1,5 +1,5 @@
-"""Slowloris against the HTTP listeners (issue 21 #7), and what it costs: ``python3 -m
-bench.slowloris``.
+"""Slowloris against the HTTP listeners (issue 21 #7), and what it costs: ``rtcedge bench
+slowloris`` (or ``python3 -m bench.slowloris``).
 
 The attack: TCP connections that send a request line and headers a few bytes at a time and
 never finish them. Against a real transceiver (its WHIP port) and a real relay (its ``--metrics``
@@ -18,7 +18,6 @@ tests/relay/test_metrics_slowloris.py).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import selectors
@@ -26,6 +25,8 @@ import socket
 import statistics
 import time
 from dataclasses import dataclass, field
+
+import click
 
 from bench.peers import RelayProcess, TransceiverProcess, free_port
 
@@ -222,49 +223,64 @@ def run_attack(
     print(f"  still open after {10 * header_timeout_s:g} s: {still_open}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--connections", type=int, default=400, help="slow connections per victim")
-    parser.add_argument("--header-timeout", type=float, default=2.0, help="the victims' option")
-    parser.add_argument("--trx-cap", type=int, default=1024, help="--http-max-connections")
-    parser.add_argument("--relay-cap", type=int, default=128, help="--metrics-max-connections")
-    parser.add_argument("--requests", type=int, default=50, help="legitimate requests per phase")
-    args = parser.parse_args(argv)
-    timeout = f"{args.header_timeout:g}"
+@click.command("slowloris")
+@click.option("--connections", type=click.IntRange(1, MAX_CONNECTIONS), default=400,
+              show_default=True, help="Slow connections per victim.")  # fmt: skip
+@click.option("--header-timeout", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
+              help="The victims' header timeout option, in seconds.")  # fmt: skip
+@click.option("--trx-cap", type=click.IntRange(1), default=1024, show_default=True,
+              help="The transceiver's --http-max-connections.")  # fmt: skip
+@click.option("--relay-cap", type=click.IntRange(1), default=128, show_default=True,
+              help="The relay's --metrics-max-connections.")  # fmt: skip
+@click.option("--requests", type=click.IntRange(1, 1000), default=50, show_default=True,
+              help="Legitimate requests per phase.")  # fmt: skip
+def slowloris_bench(
+    connections: int, header_timeout: float, trx_cap: int, relay_cap: int, requests: int
+) -> None:
+    """Connections that never finish their headers against the transceiver's WHIP listener and
+    the relay's metrics listener: a legitimate request's latency and the victim's descriptors or
+    threads, before, during and after.
+
+    \b
+    Examples:
+      rtcedge bench slowloris
+      rtcedge bench slowloris --connections 100 --header-timeout 1
+    """
+    timeout = f"{header_timeout:g}"
     relay = RelayProcess(
         {0: ("127.0.0.1", free_port())},
         workers=1,
         pin=False,
         extra_args=["--metrics-header-timeout", timeout,
-                    "--metrics-max-connections", str(args.relay_cap)],
+                    "--metrics-max-connections", str(relay_cap)],
     )  # fmt: skip
     trx = TransceiverProcess(
         relay,
         extra_args=["--http-header-timeout", timeout,
-                    "--http-max-connections", str(args.trx_cap),
+                    "--http-max-connections", str(trx_cap),
                     "--relay-network", "127.0.0.1/32"],
     )  # fmt: skip
     with relay, trx:
         assert trx.proc is not None and relay.proc is not None
         run_attack(
-            f"transceiver --http (cap {args.trx_cap})",
+            f"transceiver --http (cap {trx_cap})",
             (trx.host, trx.http_port),
             trx.proc.pid,
             "descriptors",
-            args.connections,
-            args.header_timeout,
-            args.requests,
+            connections,
+            header_timeout,
+            requests,
         )
         run_attack(
-            f"relay --metrics (cap {args.relay_cap})",
+            f"relay --metrics (cap {relay_cap})",
             (relay.host, relay.metrics_port),
             relay.proc.pid,
             "threads",
-            min(args.connections, 2 * args.relay_cap),
-            args.header_timeout,
-            args.requests,
+            min(connections, 2 * relay_cap),
+            header_timeout,
+            requests,
         )
 
 
 if __name__ == "__main__":
-    main()
+    slowloris_bench()

@@ -29,11 +29,11 @@ from typing import Any
 
 import aiohttp
 import click
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtp import RtcpRrPacket
 
 from bench.peers import RelayProcess, TransceiverProcess, udp_drops
-from bench.webrtc_client import ToneTrack, loopback_only
+from bench.webrtc_client import ToneTrack, loopback_only, whip_call
 
 OPUS_SILENCE = b"\xf8\xff\xfe"  # one 20 ms Opus frame of silence (RFC 6716 TOC + payload)
 BURST = 100  # packets sent back to back, then a pause: the transceiver's socket never overflows
@@ -64,20 +64,7 @@ class FloodCaller:
 
     async def connect(self, url: str, timeout_s: float = 15) -> None:
         """Offer over WHIP, apply the answer, wait until DTLS is up; count receiver reports."""
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/whip",
-                data=self.pc.localDescription.sdp,
-                headers={"Content-Type": "application/sdp"},
-            ) as resp,
-        ):
-            body = await resp.text()
-            if resp.status != 201:
-                raise RuntimeError(f"WHIP {resp.status}: {body}")
-            self.location = resp.headers["Location"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+        self.location = await whip_call(self.pc, url)
         await asyncio.wait_for(self._connected.wait(), timeout_s)
         sender = self.sender
         handle = sender._handle_rtcp_packet

@@ -302,6 +302,26 @@ class Move:
     switched_at: float | None = None
 
 
+async def whip_call(pc: RTCPeerConnection, url: str) -> str:
+    """Offer ``pc`` over WHIP to ``url`` (the transceiver's base URL) and apply the answer; the
+    session's resource (its Location). A refusal raises with its status and reason."""
+    await pc.setLocalDescription(await pc.createOffer())
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{url}/whip",
+            data=pc.localDescription.sdp,
+            headers={"Content-Type": "application/sdp"},
+        ) as resp,
+    ):
+        body = await resp.text()
+        if resp.status != 201:
+            raise RuntimeError(f"WHIP {resp.status}: {body}")
+        location = resp.headers["Location"]
+    await pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
+    return location
+
+
 class EchoCaller:
     """An aiortc caller that records when each audible echo frame arrives (``echo``).
 

@@ -100,15 +100,10 @@ class Admission:
         if self.denies(key):  # before any table is touched: it never gets a flow
             return "denied_address"
         prefix = self.keys.prefix(key)
-        budgets = self.first_packets
-        if not budgets.allow(prefix, now):
-            return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
-        decided = hint_target(datagram, self.routing, self.cluster, unix_now)
+        decided = self._hint_within_budgets(datagram, prefix, None, now, unix_now)
         if isinstance(decided, str):
             return decided
         target, ufrag = decided
-        if target.health is None and not self.transceiver_checks.allow(target.tid, now):
-            return "transceiver_stun_rate"
         try:
             self.flows.admit(key, prefix, ufrag, target.tid, now)
         except FlowLimitError as exc:
@@ -123,7 +118,20 @@ class Admission:
         the connection's (``other_hint``)."""
         if CLASS_BY_FIRST_BYTE[datagram[0]] != _STUN:
             return "not_confirmed"
-        prefix = self.keys.prefix(key)
+        decided = self._hint_within_budgets(datagram, self.keys.prefix(key), ufrag, now, unix_now)
+        return decided if isinstance(decided, str) else None
+
+    def _hint_within_budgets(
+        self,
+        datagram: bytes | memoryview,
+        prefix: Hashable,
+        ufrag: str | None,
+        now: int,
+        unix_now: float,
+    ) -> tuple[Target, str] | str:
+        """Steps 4 to 10, shared by a first packet and a pending TCP connection's frames: the
+        prefix's first-packet budget, the hint's target and ufrag (the connection's own if
+        ``ufrag`` is given, else ``other_hint``), then that transceiver's STUN budget."""
         budgets = self.first_packets
         if not budgets.allow(prefix, now):
             return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
@@ -131,11 +139,11 @@ class Admission:
         if isinstance(decided, str):
             return decided
         target, got = decided
-        if got != ufrag:
+        if ufrag is not None and got != ufrag:
             return "other_hint"
         if target.health is None and not self.transceiver_checks.allow(target.tid, now):
             return "transceiver_stun_rate"
-        return None
+        return decided
 
 
 def hint_target(

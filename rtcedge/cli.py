@@ -9,6 +9,7 @@ need (aiortc and av for the benchmarks) only when their subcommand runs: ``rtced
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from collections.abc import Iterator
 
@@ -148,61 +149,37 @@ def up(
     run_local(addresses, workers, backend, backend_url, token_secret_file)
 
 
+# name -> (module, command): a benchmark's module is imported only when it is run or listed.
+BENCHMARKS = {
+    "connect": ("bench.connect", "connect_bench"),
+    "forward-abuse": ("bench.forward_abuse", "forward_abuse_bench"),
+    "geo": ("bench.geo", "geo_bench"),
+    "offer-abuse": ("bench.offer_abuse", "offer_abuse_bench"),
+    "plot": ("bench.plots.cli", "plot_command"),
+    "recovery": ("bench.recovery", "recovery_bench"),
+    "relay": ("bench.relay_pps", "relay_bench"),
+    "sctp-attack": ("bench.sctp_attack", "sctp_attack_bench"),
+    "sessions": ("bench.sessions", "sessions_bench"),
+    "slowloris": ("bench.slowloris", "slowloris_bench"),
+    "ssrc": ("bench.ssrc_flood", "ssrc_bench"),
+    "tcp": ("bench.relay_tcp", "tcp_bench"),
+    "tcp-flood": ("bench.relay_tcp_flood", "tcp_flood_bench"),
+}
+
+
 class Benchmarks(click.Group):
-    """``rtcedge bench``: a benchmark's module is imported only when it is run or listed."""
+    """``rtcedge bench``: the commands of ``BENCHMARKS``, each imported when it is needed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [
-            "connect",
-            "geo",
-            "plot",
-            "recovery",
-            "relay",
-            "sessions",
-            "ssrc",
-            "tcp",
-            "tcp-flood",
-        ]
+        return sorted(BENCHMARKS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in BENCHMARKS:
+            return None
+        module, name = BENCHMARKS[cmd_name]
         with from_checkout(f"rtcedge bench {cmd_name}"):
-            if cmd_name == "relay":
-                from bench.relay_pps import relay_bench
-
-                return relay_bench
-            if cmd_name == "tcp":
-                from bench.relay_tcp import tcp_bench
-
-                return tcp_bench
-            if cmd_name == "tcp-flood":
-                from bench.relay_tcp_flood import tcp_flood_bench
-
-                return tcp_flood_bench
-            if cmd_name == "sessions":
-                from bench.sessions import sessions_bench
-
-                return sessions_bench
-            if cmd_name == "connect":
-                from bench.connect import connect_bench
-
-                return connect_bench
-            if cmd_name == "geo":
-                from bench.geo import geo_bench
-
-                return geo_bench
-            if cmd_name == "recovery":
-                from bench.recovery import recovery_bench
-
-                return recovery_bench
-            if cmd_name == "ssrc":
-                from bench.ssrc_flood import ssrc_bench
-
-                return ssrc_bench
-            if cmd_name == "plot":
-                from bench.plots.cli import plot_command
-
-                return plot_command
-        return None
+            return getattr(importlib.import_module(module), name)
+        return None  # from_checkout reported the missing checkout
 
 
 @main.group(cls=Benchmarks)

@@ -8,7 +8,7 @@ events; SACKs whose gap blocks claim millions of TSNs never sent. The transceive
 (/proc) grows by less than 1 MB per attack, an attacker over the caps is ended
 (``data_channel_limit``), drops are counted by reason, and the victim's echo goes on (its
 frames counted, not timed). The figures in time (CPU per chunk, the victim's longest gap) are
-``python3 -m bench.sctp_attack``'s.
+``rtcedge bench sctp-attack``'s.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ LAZY = "\n\ndef _backwards() -> None:\n    {statement}  # inside a function: imp
         ("relay/worker.py", "from transceiver.socket import demux"),
         ("common/sockets.py", "from testbed.ports import free_port"),  # below, never above
         ("testbed/processes.py", "from rtcedge import cli"),
-        ("testbed/processes.py", "from bench.harness import stats"),  # the testbed measures nothing
+        ("testbed/processes.py", "from bench.harness import stats"),  # no benchmark below bench
         ("relay/config.py", "from tests.support import waits"),  # forbidden: tests, fuzzers
         ("rtcedge/cli.py", "from fuzz import harness"),
     ],

@@ -131,8 +131,8 @@ def command_options(config: type) -> Callable[[F], F]:
     def decorate(command: F) -> F:
         for name, spec in reversed(option_fields(config)):
             kw = dict(spec.click)
-            if spec.default is not None or not kw.get("multiple"):
-                kw["default"] = spec.default  # (a repeatable option's: none, i.e. ())
+            if spec.default is not None or not (kw.get("multiple") or kw.get("required")):
+                kw["default"] = spec.default  # (none for a repeatable or a required one)
             command = click.option(
                 spec.flag, name, envvar=spec.env, show_envvar=True, help=spec.help, **kw
             )(command)

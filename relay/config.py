@@ -138,6 +138,12 @@ def redis_password_of(option: str, path: str | None) -> str | None:
     return redis_password(path, os.environ)
 
 
+def dns_template(option: str, template: str) -> None:
+    """An empty --transceiver-dns is none (no template to check), as it always was."""
+    if template:
+        check_id_template(option, template)
+
+
 def routes_have_addresses(option: str, routes: dict[int, tuple[tuple[str, int], ...]]) -> None:
     for cluster, addresses in routes.items():
         if not addresses:
@@ -222,7 +228,7 @@ class RelayConfig:
     )
     transceiver_dns: str | None = option(
         "--transceiver-dns",
-        check=check_id_template,
+        check=dns_template,
         chart="transceiver.mediaPort",
         help="DNS template with {id}, e.g. 'rtcedge-transceiver-{id}.rtcedge-transceiver:5000'.",
     )

@@ -161,7 +161,9 @@ def test_the_chart_sets_exactly_the_options_whose_fields_name_a_chart_value(serv
 NUMBERS_AND_SWITCHES = [
     (service, name, spec)
     for service, name, spec in FIELDS
-    if charted(service, spec) and type(value_at(FULL, spec.chart, None)) in (int, bool)
+    if spec.chart
+    and charted(service, spec)
+    and type(value_at(FULL, spec.chart, None)) in (int, bool)
 ]
 
 

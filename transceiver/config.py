@@ -1,174 +1,547 @@
 """The transceiver's configuration: one typed object, built once from the CLI/environment.
 
-Validation raises ``ConfigError`` (common.config) naming the option, so a bad deployment fails
-at start.
+Each option is declared once, on its field (``common.options.option``): ``transceiver serve``'s
+click options and the config they make come from these fields. Validation raises
+``ConfigError`` (common.config) naming the option, so a bad deployment fails at start.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+import click
 
 from common.addr import Addr
-from common.config import ConfigError, address_family, check_id_template
+from common.config import ConfigError, check_id_template, parse_transceiver
 from common.hint import Keyring
-from common.listener import ListenerLimits
+from common.listener import HEADER_TIMEOUT_S, MAX_CONNECTIONS, ListenerLimits
+from common.options import (
+    ENV_PREFIX,
+    POSITIVE,
+    at_least,
+    between,
+    check_fields,
+    each,
+    each_word,
+    host_port,
+    host_port_or_none,
+    host_port_or_off,
+    ip_literal,
+    must,
+    option,
+    words,
+)
 from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.headroom import LoadLimits
 from transceiver.ownership import Peers, SessionRouter
-from transceiver.regions import RegionTable
+from transceiver.regions import RegionTable, parse_region, parse_region_prefix
 from transceiver.signaling.forward_budget import PeerLimits
-from transceiver.signaling.tokens import MIN_SECRET_BYTES
+from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets, read_secrets_file
+
+TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
+EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
+_PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
 
 
-@dataclass(frozen=True)
+def read_token_secrets(option: str, path: str | None) -> tuple[bytes, ...]:
+    """The signed tokens' secrets, from RTCEDGE_TOKEN_SECRET or --token-secret-file."""
+    env = os.environ.get(TOKEN_SECRET_ENV)
+    if env and path:
+        raise ConfigError(option, f"give it or {TOKEN_SECRET_ENV}, not both")
+    if env:
+        return parse_secrets(env, TOKEN_SECRET_ENV)
+    return read_secrets_file(path) if path else ()
+
+
+def is_network(cidr: str) -> bool:
+    try:
+        ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def peer_ids_once(option: str, peers: tuple[tuple[int, tuple[str, int]], ...]) -> None:
+    ids = [tid for tid, _ in peers]
+    for tid in ids:
+        if not 0 <= tid <= 0xFFFF:
+            raise ConfigError(option, f"transceiver id {tid} out of range 0..65535")
+        if ids.count(tid) > 1:
+            raise ConfigError(option, f"transceiver id {tid} given twice")
+
+
+REAL_PORT = must(lambda addr: addr[1] != 0, "needs the relay's real port, not 0")
+CIDRS = each(must(is_network, "not a network: {!r}"))
+NO_LIMIT = at_least(0, " (0: no limit)")
+SECRETS_LONG_ENOUGH = each(
+    must(lambda s: len(s) >= MIN_SECRET_BYTES, f"a secret needs at least {MIN_SECRET_BYTES} bytes")
+)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TransceiverConfig:
-    transceiver_id: int
-    cluster: int
-    media: tuple[str, int]  # the one UDP socket of this process
-    advertise: tuple[str, int]  # the relay's public address, the only candidate in answers
-    http: tuple[str, int]
-    advertise_tcp: tuple[str, int] | None = None  # the relay's ICE-TCP address, if it has one
-    keyring_path: str | None = None
-    keyring_json: str | None = None
-    backend: str = "echo"
-    backend_url: str | None = field(default=None, repr=False)  # may hold a credential
-    audio_format: str = "pcm16"  # the echo backend's; a websocket backend picks per session
+    """What ``transceiver serve`` runs with; the options in ``--help`` order."""
+
+    transceiver_id: int = option(
+        "--id",
+        env="TRANSCEIVER_ID",
+        type=int,
+        required=True,
+        check=between(0, 65535),
+        chart="transceiver.idSource",
+        help="This transceiver's id (the relay's allowlist maps it to --media).",
+    )
+    cluster: int = option(
+        "--cluster", default=0, check=between(0, 255), chart="clusterId", help="Cluster id."
+    )
+    keyring_path: str | None = option(
+        "--keyring", chart="keyring.secretKey", help="Hint keyring JSON file."
+    )
+    keyring_json: str | None = option(
+        "--keyring-json",
+        chart="transceiver.extraEnv",
+        help="Hint keyring JSON, inline (environment only: a secret).",
+    )
+    media: Addr = option(  # the one UDP socket of this process
+        "--media",
+        default="127.0.0.1:5000",
+        parse=host_port,
+        check=ip_literal,
+        chart="transceiver.mediaPort",
+        help="HOST:PORT of the one UDP socket for every session.",
+    )
+    advertise: Addr = option(  # the relay's public address, the only candidate in answers
+        "--advertise",
+        required=True,
+        parse=host_port,
+        check=(ip_literal, REAL_PORT),
+        chart="relay.publicAddress",
+        help="The relay's public HOST:PORT: the ICE candidate of every answer (with --region, "
+        "the last and lowest-priority one of a region's answers).",
+    )
+    advertise_tcp: Addr | None = option(  # the relay's ICE-TCP address, if it has one
+        "--advertise-tcp",
+        parse=host_port_or_none,
+        check=(ip_literal, REAL_PORT),
+        chart="relay.tcp.publicAddress",
+        help="The relay's public TCP HOST:PORT (its --listen-tcp): every answer also names a "
+        "passive ICE-TCP candidate there (RFC 6544), below every UDP one, for callers whose "
+        "networks drop UDP [default: none].",
+    )
+    http: Addr = option(
+        "--http",
+        default="127.0.0.1:8080",
+        parse=host_port,
+        chart="transceiver.httpPort",
+        help="HOST:PORT for WHIP, /healthz, /readyz and the page (the public port).",
+    )
+    # /metrics listener, never the WHIP port; built in code (tests, rtcedge up): off.
+    metrics: Addr | None = option(
+        "--metrics",
+        default="127.0.0.1:9479",
+        parse=host_port_or_off,
+        check=ip_literal,
+        code_default=None,
+        chart="transceiver.metricsPort",
+        help="HOST:PORT for /metrics (and /healthz, /readyz), or 'off'. Never on the --http "
+        "port, which the ingress makes public.",
+    )
+    backend: str = option(
+        "--backend",
+        default="echo",
+        type=click.Choice(["echo", "websocket"]),
+        check=must(lambda b: b in ("echo", "websocket"), "unknown backend {!r} (echo, websocket)"),
+        chart="transceiver.backend",
+        help="Where callers' audio and events go.",
+    )
+    backend_url: str | None = option(  # may hold a credential
+        "--backend-url",
+        repr=False,
+        chart="transceiver.backendUrl",
+        help="ws:// or wss:// URL for --backend websocket; one holding a credential (a user, a "
+        "password, token=...) only by the environment.",
+    )
+    audio_format: str = option(  # the echo backend's; a websocket backend picks per session
+        "--audio-format",
+        default="pcm16",
+        type=click.Choice(["pcm16", "opus"]),
+        check=must(lambda f: f in ("pcm16", "opus"), "unknown {!r} (pcm16, opus)"),
+        chart=EXTRA,
+        help="What the echo backend takes: decoded PCM16, or the caller's Opus passed through "
+        "(no codec work). A websocket backend chooses per call (docs/backend-protocol.md).",
+    )
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
-    max_sessions: int = 150
-    admit_max_cpu_pct: float = LoadLimits.max_cpu_pct  # refuse above (0: off): transceiver.headroom
-    admit_max_loop_lag_ms: float = LoadLimits.max_loop_lag_ms  # refuse above (0: off)
-    ice_timeout_s: float = 10.0
-    first_check_timeout_s: float = FIRST_CHECK_TIMEOUT_S  # answer -> first authenticated check
-    idle_timeout_s: float = 60.0
-    max_duration_s: float = 4 * 3600.0
-    drain_grace_s: float = 30.0
-    auth_token: str | None = field(default=None, repr=False)
-    token_secrets: tuple[bytes, ...] = field(default=(), repr=False)  # signed tokens' HMAC keys
-    token_max_ttl_s: float = 3600.0  # a signed token valid for longer than this is refused
-    client_rate_per_s: float = 1.0  # sessions a client may start per second (0: no limit)...
-    client_burst: int = 10  # ...after a burst of this many
-    client_max_sessions: int = 0  # live sessions per client (0: no cap)
-    trusted_proxies: tuple[str, ...] = ()  # CIDRs whose client-address header is believed
-    client_address_header: str = "X-Forwarded-For"
-    metrics: tuple[str, int] | None = None  # /metrics listener, never the WHIP port (None: off)
+    max_sessions: int = option(
+        "--max-sessions",
+        default=150,
+        check=POSITIVE,
+        chart="transceiver.maxSessions",
+        help="Sessions this process takes at most (one process ~ one core; see "
+        "docs/benchmarks.md): a ceiling sized for --audio-format opus; --admit-max-cpu and "
+        "--admit-max-loop-lag refuse sooner (pcm16 calls cost ~3x more CPU).",
+    )
+    # Refuse above (0: off): transceiver.headroom.
+    admit_max_cpu_pct: float = option(
+        "--admit-max-cpu",
+        default=LoadLimits.max_cpu_pct,
+        check=(NO_LIMIT, must(lambda v: v <= 100, "is % of one core, 0-100, got {}")),
+        chart=EXTRA,
+        help="Refuse new sessions (503 + Retry-After) while this process uses more than this % "
+        "of one core, or would with one more session (connecting ones counted ahead); admit "
+        "again under 80 % of it. 0: off.",
+    )
+    admit_max_loop_lag_ms: float = option(
+        "--admit-max-loop-lag",
+        default=LoadLimits.max_loop_lag_ms,
+        check=NO_LIMIT,
+        chart=EXTRA,
+        help="Refuse new sessions while the event loop runs this many ms late (mean over 2 s: "
+        "the core is short, whoever takes it); admit again under 80 % of it. 0: off.",
+    )
+    ice_timeout_s: float = option(
+        "--ice-timeout",
+        default=10.0,
+        check=POSITIVE,
+        chart="transceiver.iceTimeoutSeconds",
+        help="Seconds from the offer to a connected session.",
+    )
+    first_check_timeout_s: float = option(  # answer -> first authenticated check
+        "--first-check-timeout",
+        default=FIRST_CHECK_TIMEOUT_S,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds from the answer to the client's first authenticated ICE check; a session "
+        "without one ends (first_check_timeout) instead of holding a slot for --ice-timeout.",
+    )
+    idle_timeout_s: float = option(
+        "--idle-timeout",
+        default=60.0,
+        check=POSITIVE,
+        chart="transceiver.idleTimeoutSeconds",
+        help="Seconds without audio from the caller before the session ends.",
+    )
+    max_duration_s: float = option(
+        "--max-duration",
+        default=4 * 3600.0,
+        check=POSITIVE,
+        chart="transceiver.maxDurationSeconds",
+        help="Seconds a session may last at most, however active; then it ends (max_duration).",
+    )
+    # A client address the session left, once silent this long, ends.
+    address_ttl_s: float = option(
+        "--address-ttl",
+        default=30.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds a client address the session moved away from (NAT rebinding, another "
+        "relay) stays routable once silent.",
+    )
+    drain_grace_s: float = option(
+        "--drain-grace",
+        default=30.0,
+        check=must(lambda v: v >= 0, "must be >= 0"),
+        chart="transceiver.drainGraceSeconds",
+        help="Seconds live sessions get after SIGTERM.",
+    )
+    auth_token: str | None = option(
+        "--auth-token",
+        repr=False,
+        chart="transceiver.authToken",
+        help="Accept 'Authorization: Bearer T' with this static token (environment only).",
+    )
+    token_secrets: tuple[bytes, ...] = option(  # signed tokens' HMAC keys
+        "--token-secret-file",
+        parse=read_token_secrets,
+        env_secret=TOKEN_SECRET_ENV,
+        code_default=(),
+        repr=False,
+        check=each(
+            must(
+                lambda s: len(s) >= MIN_SECRET_BYTES,
+                f"a secret needs at least {MIN_SECRET_BYTES} bytes",
+            )
+        ),
+        chart=EXTRA,
+        help="File of secrets (one per line, >= 32 bytes) for short-lived signed tokens (HS256 "
+        "JWT, docs/transceiver.md); the first signs, all verify. Or set RTCEDGE_TOKEN_SECRET.",
+    )
+    token_max_ttl_s: float = option(  # a signed token valid for longer than this is refused
+        "--token-max-ttl",
+        default=3600.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Refuse signed tokens that stay valid longer than this many seconds.",
+    )
+    client_rate_per_s: float = option(  # sessions a client may start per second (0: no limit)...
+        "--client-rate",
+        default=1.0,
+        check=NO_LIMIT,
+        chart=EXTRA,
+        help="New sessions per second one client may start, after --client-burst (0: no "
+        "limit). A client is its token's subject, else its address (IPv6: its /64).",
+    )
+    client_burst: int = option(  # ...after a burst of this many
+        "--client-burst",
+        default=10,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="New sessions one client may start at once.",
+    )
+    client_max_sessions: int = option(  # live sessions per client (0: no cap)
+        "--client-max-sessions",
+        default=0,
+        check=NO_LIMIT,
+        chart=EXTRA,
+        help="Live sessions per client (0: no cap). Only meaningful when clients are told apart: "
+        "by token subjects, or by their addresses (directly exposed, or --trusted-proxy).",
+    )
+    trusted_proxies: tuple[str, ...] = option(  # CIDRs whose client-address header is believed
+        "--trusted-proxy",
+        env="TRUSTED_PROXIES",
+        multiple=True,
+        parse=words,
+        check=CIDRS,
+        chart="transceiver.trustedProxies",
+        help="CIDR of a proxy (your ingress) whose --client-address-header is believed "
+        "(repeatable). Without it every client behind the proxy shares one quota.",
+    )
+    client_address_header: str = option(
+        "--client-address-header",
+        default="X-Forwarded-For",
+        check=must(lambda name: name.strip(), "must name a header"),
+        chart="transceiver.clientAddressHeader",
+        help="Where a trusted proxy puts the client's address.",
+    )
+    cors_origin: str = option(
+        "--cors-origin",
+        default="*",
+        chart="transceiver.corsOrigin",
+        help="Access-Control-Allow-Origin of every WHIP answer: set it to your page's origin so "
+        "only that page's scripts can read answers.",
+    )
+    body_timeout_s: float = option(  # a client must deliver its whole offer within this
+        "--body-timeout",
+        default=10.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds a client has to send its whole offer (slow clients get 408).",
+    )
     # A WHIP offer's body, and any request body: browsers' offers are 3-8 KiB
     # (transceiver.signaling.offer).
-    max_sdp_bytes: int = 16 * 1024
-    body_timeout_s: float = 10.0  # a client must deliver its whole offer within this
-    # Both HTTP listeners' (--http, --metrics) connection cap and header timeout, each its own.
-    http_limits: ListenerLimits = field(default_factory=ListenerLimits)
-    cors_origin: str = "*"
-    relay_networks: tuple[str, ...] = ()  # CIDRs encapsulated datagrams may come from; () = any
-    address_ttl_s: float = 30.0  # a client address the session left, once silent this long, ends
-    regions: tuple[tuple[str, tuple[Addr, ...]], ...] = ()  # name -> relay addresses, preferred 1st
-    region_header: str | None = None  # the request header naming the client's region
-    region_prefixes: tuple[tuple[str, str], ...] = ()  # (client CIDR, region name)
-    backup_candidate: bool = True  # --advertise last in every region's answer
+    max_sdp_bytes: int = option(
+        "--max-sdp-bytes",
+        default=16 * 1024,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Bytes a WHIP offer (any request body) may have; larger: 413 before it is read. "
+        "Browsers' offers are 3-8 KiB; the offer's lines are bounded too (docs/transceiver.md).",
+    )
+    # Both HTTP listeners' (--http, --metrics) header timeout and connection cap, each its own:
+    # ``http_limits``.
+    http_header_timeout_s: float = option(
+        "--http-header-timeout",
+        default=HEADER_TIMEOUT_S,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds a connection to --http or --metrics has to send a request's headers, from "
+        "its accept or its previous response; then it is closed (slowloris; idle keep-alive).",
+    )
+    http_max_connections: int = option(
+        "--http-max-connections",
+        default=MAX_CONNECTIONS,
+        check=at_least(1),
+        chart=EXTRA,
+        help="Connections each of --http and --metrics holds open at once; beyond, a newcomer "
+        "gets 503 and is closed at once.",
+    )
+    relay_networks: tuple[str, ...] = option(  # CIDRs encapsulated datagrams may come from
+        "--relay-network",
+        env="RELAY_NETWORKS",
+        multiple=True,
+        parse=words,
+        check=CIDRS,
+        chart="transceiver.relayNetworks",
+        help="CIDR that encapsulated datagrams may come from (repeatable; default: any). Set it "
+        "to the relays' network: an encapsulated datagram names the client it speaks for.",
+    )
+    regions: tuple[tuple[str, tuple[Addr, ...]], ...] = option(  # name -> relays, preferred 1st
+        "--region",
+        env="REGIONS",
+        multiple=True,
+        parse=each_word(lambda _, text: parse_region(text)),
+        chart="transceiver.regions",
+        help="NAME=HOST:PORT[,HOST:PORT...]: the relay addresses an answer advertises to a "
+        "client of region NAME, most preferred first (repeatable). --advertise is added last as "
+        "a backup unless --no-backup-candidate. Clients of no region get --advertise alone.",
+    )
+    region_header: str | None = option(  # the request header naming the client's region
+        "--region-header",
+        chart="transceiver.regionHeader",
+        help="Request header naming the client's region (e.g. CloudFront-Viewer-Country), set by "
+        "your CDN or load balancer; believed only from a --trusted-proxy.",
+    )
+    region_prefixes: tuple[tuple[str, str], ...] = option(  # (client CIDR, region name)
+        "--region-prefix",
+        env="REGION_PREFIXES",
+        multiple=True,
+        parse=each_word(lambda _, text: parse_region_prefix(text)),
+        chart="transceiver.regionPrefixes",
+        help="CIDR=NAME: clients in CIDR are of region NAME (repeatable; the longest prefix "
+        "wins), when --region-header is absent or names no region. The client's address as the "
+        "quotas see it (--trusted-proxy).",
+    )
+    backup_candidate: bool = option(  # --advertise last in every region's answer
+        "--no-backup-candidate",
+        is_flag=True,
+        default=False,
+        parse=lambda _, no_backup: not no_backup,
+        chart="transceiver.backupCandidate",
+        help="Advertise only a region's own addresses, without --advertise as its last, "
+        "lowest-priority candidate (which keeps calls connecting while a region's edge is down).",
+    )
     # Where the other transceivers' WHIP ports are, for requests on sessions they own
     # (transceiver.ownership): ID=HOST:PORT entries, and/or a DNS template with {id}.
-    peer_http: tuple[tuple[int, tuple[str, int]], ...] = ()
-    peer_http_dns: str | None = None
-    peer_timeout_s: float = 5.0  # a forwarded request's whole exchange with the owner
-    peer_connect_timeout_s: float = 1.0  # connecting to the owner (within peer_timeout_s)
+    peer_http: tuple[tuple[int, Addr], ...] = option(
+        "--peer-http",
+        multiple=True,
+        parse=each_word(parse_transceiver),
+        check=peer_ids_once,
+        chart=EXTRA,
+        help="ID=HOST:PORT: the WHIP listener of transceiver ID (repeatable; env: space "
+        "separated). A DELETE or PATCH for a session another transceiver owns is passed on to "
+        "it; without an address for the owner it is 404. An entry for this transceiver's own "
+        "--id is ignored, so every transceiver can get the same list.",
+    )
+    peer_http_dns: str | None = option(
+        "--peer-http-dns",
+        check=check_id_template,
+        chart="transceiver.httpPort",
+        help="DNS template with {id} for the other transceivers' WHIP listeners, e.g. "
+        "'rtcedge-transceiver-{id}.rtcedge-transceiver-headless:8080' (a StatefulSet's pods "
+        "under its headless Service); --peer-http entries take precedence.",
+    )
+    peer_timeout_s: float = option(  # a forwarded request's whole exchange with the owner
+        "--peer-timeout",
+        default=5.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds a request passed on to its session's transceiver may take in all; then "
+        "503 + Retry-After.",
+    )
     # Forwards under way at once (more: 503 + Retry-After), in all, to one owner, from one
     # client; resume claims apart; an owner that timed out is failed fast
     # (transceiver.signaling.forward_budget).
-    peer_max_forwards: int = PeerLimits.max_forwards
-    peer_max_per_owner: int = PeerLimits.max_per_owner
-    peer_max_per_client: int = PeerLimits.max_per_client
-    peer_max_claims: int = PeerLimits.max_claims
-    peer_fail_fast_s: float = PeerLimits.fail_fast_s
+    peer_max_forwards: int = option(
+        "--peer-max-forwards",
+        default=_PEERS.max_forwards,
+        check=at_least(1),
+        chart=EXTRA,
+        help="DELETE/PATCH requests passed on to other transceivers at once; more are answered "
+        "503 + Retry-After.",
+    )
+    peer_max_per_owner: int = option(
+        "--peer-max-per-owner",
+        default=_PEERS.max_per_owner,
+        check=at_least(1),
+        chart=EXTRA,
+        help="Of --peer-max-forwards, at most this many to one transceiver: one that hangs holds "
+        "no more.",
+    )
+    peer_max_per_client: int = option(
+        "--peer-max-per-client",
+        default=_PEERS.max_per_client,
+        check=at_least(1),
+        chart=EXTRA,
+        help="Of --peer-max-forwards, at most this many from one client (its address, as for "
+        "--client-rate).",
+    )
+    peer_max_claims: int = option(
+        "--peer-max-claims",
+        default=_PEERS.max_claims,
+        check=at_least(1),
+        chart=EXTRA,
+        help="Resume claims (calls moving here) passed on at once, a budget apart from the "
+        "forwards; more are answered 503 + Retry-After.",
+    )
+    peer_connect_timeout_s: float = option(  # connecting to the owner (within peer_timeout_s)
+        "--peer-connect-timeout",
+        default=1.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="Seconds to connect to another transceiver, of --peer-timeout.",
+    )
+    peer_fail_fast_s: float = option(
+        "--peer-fail-fast",
+        default=_PEERS.fail_fast_s,
+        check=at_least(0, " (0: off)"),
+        chart=EXTRA,
+        help="Seconds a transceiver that timed out is refused at once (503 + Retry-After) "
+        "instead of waited for again. 0: off.",
+    )
     # On drain, a caller asked to move has this long to claim its resume token; a claimed old
     # call ends this long after the claim at the latest (transceiver.migration).
-    migrate_deadline_s: float = 10.0
+    migrate_deadline_s: float = option(
+        "--migrate-deadline",
+        default=10.0,
+        check=POSITIVE,
+        chart=EXTRA,
+        help="On drain, callers with a data channel are asked to move to another transceiver "
+        "(with --peer-http/--peer-http-dns): seconds they have to re-offer, and that their old "
+        "call lasts at most once moved.",
+    )
     # The data channel's bounds per call (transceiver.call.sctp): the receive window (a_rwnd, and
     # what reassembly may hold), TSNs tracked past a gap, events unacknowledged by the caller.
-    sctp_receive_window_bytes: int = SctpLimits.receive_window_bytes
-    sctp_max_misordered_tsns: int = SctpLimits.max_misordered_tsns
-    sctp_max_unacked_bytes: int = SctpLimits.max_unacked_bytes
+    # A window smaller than two of the largest messages could stall one of them mid-way.
+    sctp_receive_window_bytes: int = option(
+        "--sctp-receive-window",
+        default=_SCTP.receive_window_bytes,
+        check=must(
+            lambda v: v >= 2 * MAX_MESSAGE_BYTES,
+            f"must be >= {2 * MAX_MESSAGE_BYTES} bytes, got {{}}",
+        ),
+        chart=EXTRA,
+        help="Bytes of a caller's data channel held for reassembly (the advertised SCTP window): "
+        "DATA past it is dropped; a caller that overfills it ends (data_channel_limit).",
+    )
+    sctp_max_misordered_tsns: int = option(
+        "--sctp-max-misordered-tsns",
+        default=_SCTP.max_misordered_tsns,
+        check=between(16, 65536),
+        chart=EXTRA,
+        help="SCTP TSNs tracked past a gap in a caller's data; DATA farther ahead is dropped.",
+    )
+    sctp_max_unacked_bytes: int = option(
+        "--sctp-max-unacked",
+        default=_SCTP.max_unacked_bytes,
+        check=must(
+            lambda v: v >= MAX_MESSAGE_BYTES, f"must be >= {MAX_MESSAGE_BYTES} bytes, got {{}}"
+        ),
+        chart=EXTRA,
+        help="Bytes of events toward a caller sent or waiting and not yet acknowledged; past it "
+        "the oldest waiting events are dropped (rtcedge_transceiver_data_channel_dropped).",
+    )
 
     def validate(self) -> TransceiverConfig:
-        if not 0 <= self.transceiver_id <= 0xFFFF:
-            raise ConfigError("--id", f"must be 0..65535, got {self.transceiver_id}")
-        if not 0 <= self.cluster <= 255:
-            raise ConfigError("--cluster", f"must be 0..255, got {self.cluster}")
-        address_family("--media", self.media[0])
-        address_family("--advertise", self.advertise[0])
-        if self.advertise[1] == 0:
-            raise ConfigError("--advertise", "needs the relay's real port, not 0")
-        if self.advertise_tcp is not None:
-            address_family("--advertise-tcp", self.advertise_tcp[0])
-            if self.advertise_tcp[1] == 0:
-                raise ConfigError("--advertise-tcp", "needs the relay's real port, not 0")
+        """Raise ConfigError for the first invalid option; returns self for chaining. Each
+        field's own checks first (on the field), then the rules that span fields."""
+        check_fields(self)
         if bool(self.keyring_path) == bool(self.keyring_json):
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
-        if self.backend not in ("echo", "websocket"):
-            raise ConfigError("--backend", f"unknown backend {self.backend!r} (echo, websocket)")
         if self.backend == "websocket" and not self.backend_url:
             raise ConfigError("--backend-url", "required with --backend websocket")
-        if self.audio_format not in ("pcm16", "opus"):
-            raise ConfigError("--audio-format", f"unknown {self.audio_format!r} (pcm16, opus)")
         if self.backend != "echo" and self.audio_format != "pcm16":
             raise ConfigError(
                 "--audio-format",
                 "only for --backend echo: a websocket backend chooses its format per call",
             )
-        for option, value in (
-            ("--max-sessions", self.max_sessions),
-            ("--ice-timeout", self.ice_timeout_s),
-            ("--first-check-timeout", self.first_check_timeout_s),
-            ("--token-max-ttl", self.token_max_ttl_s),
-            ("--client-burst", self.client_burst),
-            ("--idle-timeout", self.idle_timeout_s),
-            ("--max-duration", self.max_duration_s),
-            ("--max-sdp-bytes", self.max_sdp_bytes),
-            ("--body-timeout", self.body_timeout_s),
-            ("--address-ttl", self.address_ttl_s),
-            ("--migrate-deadline", self.migrate_deadline_s),
-        ):
-            if value <= 0:
-                raise ConfigError(option, f"must be > 0, got {value}")
-        for option, value in (
-            ("--client-rate", self.client_rate_per_s),
-            ("--client-max-sessions", self.client_max_sessions),
-            ("--admit-max-cpu", self.admit_max_cpu_pct),
-            ("--admit-max-loop-lag", self.admit_max_loop_lag_ms),
-        ):
-            if value < 0:
-                raise ConfigError(option, f"must be >= 0 (0: no limit), got {value}")
-        for option, cidrs in (
-            ("--relay-network", self.relay_networks),
-            ("--trusted-proxy", self.trusted_proxies),
-        ):
-            for cidr in cidrs:
-                try:
-                    ipaddress.ip_network(cidr, strict=False)
-                except ValueError:
-                    raise ConfigError(option, f"not a network: {cidr!r}") from None
-        if not self.client_address_header.strip():
-            raise ConfigError("--client-address-header", "must name a header")
-        self.http_limits.validate("--http-header-timeout", "--http-max-connections")
-        if self.metrics is not None:
-            address_family("--metrics", self.metrics[0])
-            if self.metrics == self.http and self.http[1] != 0:
-                raise ConfigError("--metrics", "must not be the --http address")
-        for secret in self.token_secrets:
-            if len(secret) < MIN_SECRET_BYTES:
-                raise ConfigError(
-                    "--token-secret-file", f"a secret needs at least {MIN_SECRET_BYTES} bytes"
-                )
-        if self.admit_max_cpu_pct > 100:
-            raise ConfigError(
-                "--admit-max-cpu", f"is % of one core, 0-100, got {self.admit_max_cpu_pct}"
-            )
-        self._validate_sctp()
-        if self.drain_grace_s < 0:
-            raise ConfigError("--drain-grace", "must be >= 0")
+        if self.metrics is not None and self.metrics == self.http and self.http[1] != 0:
+            raise ConfigError("--metrics", "must not be the --http address")
         self.region_table()
-        self._validate_peers()
         if self.region_header is not None and not self.trusted_proxies:
             raise ConfigError(
                 "--region-header",
@@ -176,33 +549,9 @@ class TransceiverConfig:
             )
         return self
 
-    def _validate_peers(self) -> None:
-        ids = [tid for tid, _ in self.peer_http]
-        for tid in ids:
-            if not 0 <= tid <= 0xFFFF:
-                raise ConfigError("--peer-http", f"transceiver id {tid} out of range 0..65535")
-            if ids.count(tid) > 1:
-                raise ConfigError("--peer-http", f"transceiver id {tid} given twice")
-        if self.peer_http_dns is not None:
-            check_id_template("--peer-http-dns", self.peer_http_dns)
-        if self.peer_timeout_s <= 0:
-            raise ConfigError("--peer-timeout", f"must be > 0, got {self.peer_timeout_s}")
-        if self.peer_connect_timeout_s <= 0:
-            raise ConfigError(
-                "--peer-connect-timeout", f"must be > 0, got {self.peer_connect_timeout_s}"
-            )
-        for option, value in (
-            ("--peer-max-forwards", self.peer_max_forwards),
-            ("--peer-max-per-owner", self.peer_max_per_owner),
-            ("--peer-max-per-client", self.peer_max_per_client),
-            ("--peer-max-claims", self.peer_max_claims),
-        ):
-            if value < 1:
-                raise ConfigError(option, f"must be >= 1, got {value}")
-        if self.peer_fail_fast_s < 0:
-            raise ConfigError(
-                "--peer-fail-fast", f"must be >= 0 (0: off), got {self.peer_fail_fast_s}"
-            )
+    @cached_property
+    def http_limits(self) -> ListenerLimits:
+        return ListenerLimits(self.http_header_timeout_s, self.http_max_connections)
 
     def peer_limits(self) -> PeerLimits:
         return PeerLimits(
@@ -212,24 +561,6 @@ class TransceiverConfig:
             max_claims=self.peer_max_claims,
             fail_fast_s=self.peer_fail_fast_s,
         )
-
-    def _validate_sctp(self) -> None:
-        # A window smaller than two of the largest messages could stall one of them mid-way.
-        if self.sctp_receive_window_bytes < 2 * MAX_MESSAGE_BYTES:
-            raise ConfigError(
-                "--sctp-receive-window",
-                f"must be >= {2 * MAX_MESSAGE_BYTES} bytes, got {self.sctp_receive_window_bytes}",
-            )
-        if not 16 <= self.sctp_max_misordered_tsns <= 65536:
-            raise ConfigError(
-                "--sctp-max-misordered-tsns",
-                f"must be 16..65536, got {self.sctp_max_misordered_tsns}",
-            )
-        if self.sctp_max_unacked_bytes < MAX_MESSAGE_BYTES:
-            raise ConfigError(
-                "--sctp-max-unacked",
-                f"must be >= {MAX_MESSAGE_BYTES} bytes, got {self.sctp_max_unacked_bytes}",
-            )
 
     def sctp_limits(self) -> SctpLimits:
         return SctpLimits(

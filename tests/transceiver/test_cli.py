@@ -80,6 +80,15 @@ def test_bad_option_fails_at_start_naming_it(args, option):
     assert option in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "missing"),
+    [(["--advertise", "127.0.0.1:3478"], "'--id'"), (["--id", "0"], "'--advertise'")],
+)
+def test_the_id_and_the_advertised_address_are_required(args, missing):
+    result = run(["serve", *args, "--max-sessions", "0"])  # (were it not required: no start)
+    assert result.exit_code == 2 and f"Missing option {missing}" in result.output, result.output
+
+
 def test_an_unreadable_keyring_is_named():
     args = ["serve", "--id", "0", "--keyring", "/nonexistent/keyring.json"]
     result = CliRunner().invoke(

@@ -76,16 +76,22 @@ MAX_USERNAME_LEN = 513
 """RFC 8489 14.3: USERNAME MUST be less than 513 bytes, so valid lengths are 1..512."""
 
 _MESSAGE_INTEGRITY_LEN = 20
+_MI_SHA256_LENGTHS = frozenset(range(16, 33, 4))  # RFC 8489 14.6: a truncated HMAC-SHA256
 
 _HEADER = struct.Struct("!HHI")  # message type, message length, magic cookie
 _ATTR_HEADER = struct.Struct("!HH")  # attribute type, value length
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 
-# States of the attribute walk: which integrity attribute, if any, has been seen so far.
+# States of the attribute walk: which integrity attribute, if any, has been seen so far; and
+# after one, what may still follow it besides FINGERPRINT (RFC 8489 14.5, 14.6).
 _BEFORE_INTEGRITY = 0
 _AFTER_MI = 1
 _AFTER_MI_SHA256 = 2
+_MAY_FOLLOW = {
+    _AFTER_MI: frozenset({ATTR_MESSAGE_INTEGRITY_SHA256}),
+    _AFTER_MI_SHA256: frozenset(),
+}
 
 Buffer = bytes | bytearray | memoryview
 
@@ -139,14 +145,9 @@ def parse(buf: Buffer) -> StunMessage:
     if n < HEADER_LEN:
         raise StunError("too short")
     msg_type, length, cookie = _HEADER.unpack_from(buf, 0)
-    if msg_type & 0xC000:
-        raise StunError("not stun")
-    if cookie != MAGIC_COOKIE:
-        raise StunError("bad magic cookie")
-    if length & 3:
-        raise StunError("length not multiple of 4")
-    if length != n - HEADER_LEN:
-        raise StunError("length mismatch")
+    # One test for a good header, and only a bad one asks ``_header_error`` which rule it broke.
+    if (msg_type & 0xC000, cookie, length & 3, length) != (0, MAGIC_COOKIE, 0, n - HEADER_LEN):
+        raise _header_error(msg_type, length, cookie, n)
 
     attributes = []
     has_integrity = False
@@ -172,9 +173,7 @@ def parse(buf: Buffer) -> StunMessage:
             if crc != _U32.unpack_from(buf, value_offset)[0]:
                 raise StunError("bad fingerprint")
             has_fingerprint = True
-        elif state == _AFTER_MI_SHA256 or (
-            state == _AFTER_MI and attr_type != ATTR_MESSAGE_INTEGRITY_SHA256
-        ):
+        elif state and attr_type not in _MAY_FOLLOW[state]:
             raise StunError("attribute after message-integrity")
         elif attr_type == ATTR_MESSAGE_INTEGRITY:
             if attr_len != _MESSAGE_INTEGRITY_LEN:
@@ -183,7 +182,7 @@ def parse(buf: Buffer) -> StunMessage:
             state = _AFTER_MI
         elif attr_type == ATTR_MESSAGE_INTEGRITY_SHA256:
             # RFC 8489 14.6: 16..32 bytes, a multiple of 4 (a truncated HMAC-SHA256).
-            if attr_len < 16 or attr_len > 32 or attr_len & 3:
+            if attr_len not in _MI_SHA256_LENGTHS:
                 raise StunError("bad message-integrity-sha256 length")
             state = _AFTER_MI_SHA256
         attributes.append((attr_type, value_offset, attr_len))
@@ -196,6 +195,17 @@ def parse(buf: Buffer) -> StunMessage:
         has_fingerprint,
         has_integrity,
     )
+
+
+def _header_error(msg_type: int, length: int, cookie: int, n: int) -> StunError:
+    """Which header rule a datagram of ``n`` bytes broke, the first one first (``parse``)."""
+    if msg_type & 0xC000:
+        return StunError("not stun")
+    if cookie != MAGIC_COOKIE:
+        return StunError("bad magic cookie")
+    if length & 3:
+        return StunError("length not multiple of 4")
+    return StunError("length mismatch")
 
 
 def binding_request_username(buf: Buffer) -> str:

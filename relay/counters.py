@@ -140,6 +140,122 @@ class CounterArea:
         return sum(self._words[w * SLOTS + slot] for w in range(self.workers))
 
 
+Metric = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
+_TRAFFIC_LABELS = ["worker", "direction", "peer", "transport"]
+# What /metrics shows, in the order it shows it: (key, kind, name, help, labels). The last four
+# (TCP_FAMILIES) only with --listen-tcp.
+FAMILIES: tuple[tuple[str, type[Metric], str, str, list[str]], ...] = (
+    (
+        "packets",
+        CounterMetricFamily,
+        "rtcedge_relay_packets",
+        "Packets (over TCP: frames) forwarded, by the internal peer: transceiver, edge, "
+        "cluster_<id> (a route), and by the client's transport: udp, tcp.",
+        _TRAFFIC_LABELS,
+    ),
+    (
+        "octets",
+        CounterMetricFamily,
+        "rtcedge_relay_bytes",
+        "Payload bytes forwarded (encapsulation header and framing excluded).",
+        _TRAFFIC_LABELS,
+    ),
+    (
+        "drops",
+        CounterMetricFamily,
+        "rtcedge_relay_dropped_packets",
+        "Packets (over TCP: frames) dropped, by reason and the client's transport.",
+        ["worker", "reason", "transport"],
+    ),
+    (
+        "created",
+        CounterMetricFamily,
+        "rtcedge_relay_flows_created",
+        "Flows created.",
+        ["worker", "table"],
+    ),
+    (
+        "expired",
+        CounterMetricFamily,
+        "rtcedge_relay_flows_expired",
+        "Flows expired.",
+        ["worker", "table"],
+    ),
+    (
+        "evicted",
+        CounterMetricFamily,
+        "rtcedge_relay_flows_evicted",
+        "Flows evicted from a full table (the one of that scope idle longest) to make room.",
+        ["worker", "table", "scope"],
+    ),
+    (
+        "restored",
+        CounterMetricFamily,
+        "rtcedge_relay_flows_restored",
+        "Confirmed flows restored: from a crashed worker's journal, or from Redis.",
+        ["worker", "table", "source"],
+    ),
+    (
+        "redis_ops",
+        CounterMetricFamily,
+        "rtcedge_relay_redis_operations",
+        "Flow cache operations by result (the cache is optional).",
+        ["worker", "op", "result"],
+    ),
+    (
+        "active",
+        GaugeMetricFamily,
+        "rtcedge_relay_flows_active",
+        "Flows in the tables now.",
+        ["worker", "table"],
+    ),
+    (
+        "batch",
+        HistogramMetricFamily,
+        "rtcedge_relay_receive_batch_packets",
+        "Datagrams returned per recvmmsg call.",
+        ["worker"],
+    ),
+    (
+        "failovers",
+        CounterMetricFamily,
+        "rtcedge_relay_route_failovers",
+        "Times a route moved to another of its cluster's relay addresses (probes).",
+        ["worker"],
+    ),
+    (
+        "accepted",
+        CounterMetricFamily,
+        "rtcedge_relay_tcp_connections_accepted",
+        "TCP connections accepted at --listen-tcp (refused ones included).",
+        ["worker"],
+    ),
+    (
+        "closed",
+        CounterMetricFamily,
+        "rtcedge_relay_tcp_connections_closed",
+        "TCP connections closed (or refused at accept), by reason.",
+        ["worker", "reason"],
+    ),
+    (
+        "conns",
+        GaugeMetricFamily,
+        "rtcedge_relay_tcp_connections",
+        "TCP connections open now: pending (no valid first frame yet) or admitted.",
+        ["worker", "state"],
+    ),
+    (
+        "paused",
+        CounterMetricFamily,
+        "rtcedge_relay_tcp_reads_paused",
+        "Times a TCP connection was left unread until the next tick: it sent more than "
+        "--tcp-frame-rate frames (the rest waits in the kernel, throttling the sender).",
+        ["worker"],
+    ),
+)
+TCP_FAMILIES = frozenset(("accepted", "closed", "conns", "paused"))
+
+
 class RelayCollector:
     """prometheus_client collector that reads the shared counters at scrape time."""
 
@@ -156,130 +272,78 @@ class RelayCollector:
         self.tcp = tcp  # --listen-tcp: the transport="tcp" samples and the connection metrics
 
     def collect(self) -> Iterator:
-        area = self.area
-        workers = [str(w) for w in range(area.workers)]
-        packets = CounterMetricFamily(
-            "rtcedge_relay_packets",
-            "Packets (over TCP: frames) forwarded, by the internal peer: transceiver, edge, "
-            "cluster_<id> (a route), and by the client's transport: udp, tcp.",
-            labels=["worker", "direction", "peer", "transport"],
-        )
-        octets = CounterMetricFamily(
-            "rtcedge_relay_bytes",
-            "Payload bytes forwarded (encapsulation header and framing excluded).",
-            labels=["worker", "direction", "peer", "transport"],
-        )
-        drops = CounterMetricFamily(
-            "rtcedge_relay_dropped_packets",
-            "Packets (over TCP: frames) dropped, by reason and the client's transport.",
-            labels=["worker", "reason", "transport"],
-        )
-        accepted = CounterMetricFamily(
-            "rtcedge_relay_tcp_connections_accepted",
-            "TCP connections accepted at --listen-tcp (refused ones included).",
-            labels=["worker"],
-        )
-        closed = CounterMetricFamily(
-            "rtcedge_relay_tcp_connections_closed",
-            "TCP connections closed (or refused at accept), by reason.",
-            labels=["worker", "reason"],
-        )
-        paused = CounterMetricFamily(
-            "rtcedge_relay_tcp_reads_paused",
-            "Times a TCP connection was left unread until the next tick: it sent more than "
-            "--tcp-frame-rate frames (the rest waits in the kernel, throttling the sender).",
-            labels=["worker"],
-        )
-        conns = GaugeMetricFamily(
-            "rtcedge_relay_tcp_connections",
-            "TCP connections open now: pending (no valid first frame yet) or admitted.",
-            labels=["worker", "state"],
-        )
-        created = CounterMetricFamily(
-            "rtcedge_relay_flows_created", "Flows created.", labels=["worker", "table"]
-        )
-        expired = CounterMetricFamily(
-            "rtcedge_relay_flows_expired", "Flows expired.", labels=["worker", "table"]
-        )
-        restored = CounterMetricFamily(
-            "rtcedge_relay_flows_restored",
-            "Confirmed flows restored: from a crashed worker's journal, or from Redis.",
-            labels=["worker", "table", "source"],
-        )
-        redis_ops = CounterMetricFamily(
-            "rtcedge_relay_redis_operations",
-            "Flow cache operations by result (the cache is optional).",
-            labels=["worker", "op", "result"],
-        )
-        evicted = CounterMetricFamily(
-            "rtcedge_relay_flows_evicted",
-            "Flows evicted from a full table (the one of that scope idle longest) to make room.",
-            labels=["worker", "table", "scope"],
-        )
-        active = GaugeMetricFamily(
-            "rtcedge_relay_flows_active", "Flows in the tables now.", labels=["worker", "table"]
-        )
-        failovers = CounterMetricFamily(
-            "rtcedge_relay_route_failovers",
-            "Times a route moved to another of its cluster's relay addresses (probes).",
-            labels=["worker"],
-        )
-        batch = HistogramMetricFamily(
-            "rtcedge_relay_receive_batch_packets",
-            "Datagrams returned per recvmmsg call.",
-            labels=["worker"],
-        )
-        for w, name in enumerate(workers):
-            b = area.block(w)
-            for p in self.peers:
-                label = peer_label(p)
-                for d, direction in enumerate(DIRECTIONS):
-                    packets.add_metric([name, direction, label, "udp"], b[PACKETS_OF[p] + d])
-                    octets.add_metric([name, direction, label, "udp"], b[BYTES_OF[p] + d])
-            for r, reason in enumerate(DROP_REASONS):
-                drops.add_metric([name, reason, "udp"], b[DROPS + r])
+        families = {
+            key: kind(name, doc, labels=labels) for key, kind, name, doc, labels in FAMILIES
+        }
+        for w in range(self.area.workers):
+            name, b = str(w), self.area.block(w)
+            self._add_traffic(families, name, b)
             if self.tcp:
-                for d, direction in enumerate(DIRECTIONS):
-                    label = peer_label(PEER_TRANSCEIVER)
-                    packets.add_metric([name, direction, label, "tcp"], b[TCP_PACKETS + d])
-                    octets.add_metric([name, direction, label, "tcp"], b[TCP_BYTES + d])
-                for r, reason in enumerate(DROP_REASONS):
-                    drops.add_metric([name, reason, "tcp"], b[TCP_DROPS + r])
-                accepted.add_metric([name], b[TCP_ACCEPTED])
-                paused.add_metric([name], b[TCP_PAUSED])
-                for r, reason in enumerate(CLOSE_REASONS):
-                    closed.add_metric([name, reason], b[TCP_CLOSED + r])
-                pending = b[TCP_PENDING]
-                conns.add_metric([name, "pending"], pending)
-                conns.add_metric([name, "admitted"], b[TCP_OPEN] - pending)
-            created.add_metric([name, "pending"], b[FLOWS_CREATED_PENDING])
-            created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
-            created.add_metric([name, "peer"], b[PEER_FLOWS])
-            expired.add_metric([name, "pending"], b[FLOWS_EXPIRED_PENDING])
-            expired.add_metric([name, "confirmed"], b[FLOWS_EXPIRED_CONFIRMED])
-            expired.add_metric([name, "peer"], b[PEER_FLOWS + 1])
-            evicted.add_metric([name, "peer", "worker"], b[PEER_FLOWS + 2])
-            active.add_metric([name, "peer_pending"], b[PEER_FLOWS + 3])
-            active.add_metric([name, "peer_confirmed"], b[PEER_FLOWS + 4])
-            failovers.add_metric([name], b[ROUTE_FAILOVERS])
-            restored.add_metric([name, "confirmed", "journal"], b[FLOWS_RESTORED])
-            restored.add_metric([name, "confirmed", "redis"], b[FLOWS_RESTORED_REDIS])
-            restored.add_metric([name, "peer", "journal"], b[PEER_FLOWS_RESTORED])
-            restored.add_metric([name, "peer", "redis"], b[PEER_FLOWS_RESTORED_REDIS])
-            for i, (op, result) in enumerate(REDIS_RESULTS):
-                redis_ops.add_metric([name, op, result], b[REDIS_OPS + i])
-            for i, (table, scope) in enumerate(EVICTIONS):
-                evicted.add_metric([name, table, scope], b[FLOWS_EVICTED + i])
-            active.add_metric([name, "pending"], b[FLOWS_ACTIVE_PENDING])
-            active.add_metric([name, "confirmed"], b[FLOWS_ACTIVE_CONFIRMED])
-            cumulative, buckets = 0, []
-            for i, bound in enumerate((*BATCH_BOUNDS, "+Inf")):
-                cumulative += b[BATCH_BUCKETS + i]
-                buckets.append((str(bound), cumulative))
-            batch.add_metric([name], buckets, b[BATCH_SUM])
+                _add_tcp(families, name, b)
+            _add_flows(families, name, b)
+            _add_batch(families["batch"], name, b)
             b.release()
-        yield from (packets, octets, drops, created, expired, evicted, restored, redis_ops)
-        yield from (active, batch, failovers)
-        if self.tcp:
-            yield from (accepted, closed, conns, paused)
+        yield from (families[key] for key in families if self.tcp or key not in TCP_FAMILIES)
         yield from self.state.metrics()  # type: ignore[attr-defined]
+
+    def _add_traffic(self, f: dict[str, Metric], name: str, b: memoryview) -> None:
+        """Packets and bytes by direction and peer, and drops by reason: over UDP."""
+        for p in self.peers:
+            label = peer_label(p)
+            for d, direction in enumerate(DIRECTIONS):
+                f["packets"].add_metric([name, direction, label, "udp"], b[PACKETS_OF[p] + d])
+                f["octets"].add_metric([name, direction, label, "udp"], b[BYTES_OF[p] + d])
+        for r, reason in enumerate(DROP_REASONS):
+            f["drops"].add_metric([name, reason, "udp"], b[DROPS + r])
+
+
+def _add_tcp(f: dict[str, Metric], name: str, b: memoryview) -> None:
+    """ICE over TCP (--listen-tcp): its traffic and drops, and the connections' own."""
+    label = peer_label(PEER_TRANSCEIVER)
+    for d, direction in enumerate(DIRECTIONS):
+        f["packets"].add_metric([name, direction, label, "tcp"], b[TCP_PACKETS + d])
+        f["octets"].add_metric([name, direction, label, "tcp"], b[TCP_BYTES + d])
+    for r, reason in enumerate(DROP_REASONS):
+        f["drops"].add_metric([name, reason, "tcp"], b[TCP_DROPS + r])
+    f["accepted"].add_metric([name], b[TCP_ACCEPTED])
+    f["paused"].add_metric([name], b[TCP_PAUSED])
+    for r, reason in enumerate(CLOSE_REASONS):
+        f["closed"].add_metric([name, reason], b[TCP_CLOSED + r])
+    pending = b[TCP_PENDING]
+    f["conns"].add_metric([name, "pending"], pending)
+    f["conns"].add_metric([name, "admitted"], b[TCP_OPEN] - pending)
+
+
+def _add_flows(f: dict[str, Metric], name: str, b: memoryview) -> None:
+    """The flow tables' counters and gauges, the route failovers and the Redis operations."""
+    created, expired, evicted, active = f["created"], f["expired"], f["evicted"], f["active"]
+    restored = f["restored"]
+    created.add_metric([name, "pending"], b[FLOWS_CREATED_PENDING])
+    created.add_metric([name, "confirmed"], b[FLOWS_CREATED_CONFIRMED])
+    created.add_metric([name, "peer"], b[PEER_FLOWS])
+    expired.add_metric([name, "pending"], b[FLOWS_EXPIRED_PENDING])
+    expired.add_metric([name, "confirmed"], b[FLOWS_EXPIRED_CONFIRMED])
+    expired.add_metric([name, "peer"], b[PEER_FLOWS + 1])
+    evicted.add_metric([name, "peer", "worker"], b[PEER_FLOWS + 2])
+    active.add_metric([name, "peer_pending"], b[PEER_FLOWS + 3])
+    active.add_metric([name, "peer_confirmed"], b[PEER_FLOWS + 4])
+    f["failovers"].add_metric([name], b[ROUTE_FAILOVERS])
+    restored.add_metric([name, "confirmed", "journal"], b[FLOWS_RESTORED])
+    restored.add_metric([name, "confirmed", "redis"], b[FLOWS_RESTORED_REDIS])
+    restored.add_metric([name, "peer", "journal"], b[PEER_FLOWS_RESTORED])
+    restored.add_metric([name, "peer", "redis"], b[PEER_FLOWS_RESTORED_REDIS])
+    for i, (op, result) in enumerate(REDIS_RESULTS):
+        f["redis_ops"].add_metric([name, op, result], b[REDIS_OPS + i])
+    for i, (table, scope) in enumerate(EVICTIONS):
+        evicted.add_metric([name, table, scope], b[FLOWS_EVICTED + i])
+    active.add_metric([name, "pending"], b[FLOWS_ACTIVE_PENDING])
+    active.add_metric([name, "confirmed"], b[FLOWS_ACTIVE_CONFIRMED])
+
+
+def _add_batch(batch: Metric, name: str, b: memoryview) -> None:
+    """The receive-batch histogram: its slots are per bucket, Prometheus wants them cumulative."""
+    cumulative, buckets = 0, []
+    for i, bound in enumerate((*BATCH_BOUNDS, "+Inf")):
+        cumulative += b[BATCH_BUCKETS + i]
+        buckets.append((str(bound), cumulative))
+    batch.add_metric([name], buckets, b[BATCH_SUM])

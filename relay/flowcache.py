@@ -39,6 +39,7 @@ log = logging.getLogger("rtcedge.relay")
 
 MAX_QUEUED = 10_000
 BATCH = 256
+Request = tuple[str, Hashable, str, int]  # op ("set", "get", "stop"), flow key, Redis key, tid
 
 
 def redis_key(cluster: int, client: tuple[str, int]) -> str:
@@ -128,7 +129,7 @@ class RedisFlowCache:
         self.in_flight: set[Hashable] = set()
         self.results: deque[tuple[Hashable, int | None]] = deque()
         self.stats = CacheStats()
-        self._requests: queue.SimpleQueue[tuple[str, Hashable, str, int]] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="redis-flow-cache", daemon=True)
 
@@ -199,52 +200,68 @@ class RedisFlowCache:
             self.stats.errors += 1
             log.warning("redis flow cache unavailable at start (%s)", self._safe(exc))
         while not self._stop:
-            batch = [self._requests.get()]
-            while len(batch) < BATCH:
-                try:
-                    batch.append(self._requests.get_nowait())
-                except queue.Empty:
-                    break
-            batch = [r for r in batch if r[0] != "stop"]
+            batch = self._next_batch()
             if not batch:
                 continue
             try:
                 if client is None:
                     client = self._connect()
-                pipe = client.pipeline(transaction=False)
-                for op, _key, name, tid in batch:
-                    if op == "set":
-                        pipe.set(name, f"{self.cluster}:{tid}", ex=self.ttl_s)
-                    else:
-                        pipe.get(name)
-                replies = pipe.execute()
+                replies = self._execute(client, batch)
                 backoff_s = 0.1
             except Exception as exc:  # redis.RedisError, OSError...: count, back off, go on
-                self.stats.errors += 1
-                self.stats.dropped += len(batch)
-                for op, key, _name, _tid in batch:
-                    if op == "get":
-                        self.results.append((key, None))
-                log.warning(
-                    "redis flow cache unavailable (%s); retrying in %.1fs",
-                    self._safe(exc),
-                    backoff_s,
-                )
+                self._failed(batch, exc, backoff_s)
                 client = None
                 time.sleep(backoff_s)
                 backoff_s = min(5.0, backoff_s * 2)
                 continue
-            for (op, key, _name, _tid), reply in zip(batch, replies, strict=True):
-                if op == "set":
-                    self.stats.writes += 1
-                    continue
-                self.stats.lookups += 1
-                tid = _parse_value(reply, self.cluster)
-                if tid is None:
-                    self.stats.misses += 1
-                else:
-                    self.stats.hits += 1
-                self.results.append((key, tid))
+            self._answered(batch, replies)
+
+    def _next_batch(self) -> list[Request]:
+        """Wait for one request, then take up to BATCH without waiting (``stop`` left out)."""
+        batch = [self._requests.get()]
+        while len(batch) < BATCH:
+            try:
+                batch.append(self._requests.get_nowait())
+            except queue.Empty:
+                break
+        return [r for r in batch if r[0] != "stop"]
+
+    def _execute(self, client: redis.Redis, batch: list[Request]) -> list:
+        """One pipelined round trip for the whole batch."""
+        pipe = client.pipeline(transaction=False)
+        for op, _key, name, tid in batch:
+            if op == "set":
+                pipe.set(name, f"{self.cluster}:{tid}", ex=self.ttl_s)
+            else:
+                pipe.get(name)
+        return pipe.execute()
+
+    def _failed(self, batch: list[Request], exc: Exception, backoff_s: float) -> None:
+        """A batch Redis did not take: counted, and its lookups answered as misses."""
+        self.stats.errors += 1
+        self.stats.dropped += len(batch)
+        for op, key, _name, _tid in batch:
+            if op == "get":
+                self.results.append((key, None))
+        log.warning(
+            "redis flow cache unavailable (%s); retrying in %.1fs",
+            self._safe(exc),
+            backoff_s,
+        )
+
+    def _answered(self, batch: list[Request], replies: list) -> None:
+        """Count the writes; hand the lookups' answers to the worker (``take_results``)."""
+        for (op, key, _name, _tid), reply in zip(batch, replies, strict=True):
+            if op == "set":
+                self.stats.writes += 1
+                continue
+            self.stats.lookups += 1
+            tid = _parse_value(reply, self.cluster)
+            if tid is None:
+                self.stats.misses += 1
+            else:
+                self.stats.hits += 1
+            self.results.append((key, tid))
 
 
 def _parse_value(reply: bytes | None, cluster: int) -> int | None:

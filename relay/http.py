@@ -89,80 +89,102 @@ def make_http_server(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RelayCollector(counters, state, peers, tcp))
     registry.register(connections)  # type: ignore[arg-type]
+    return StatusServer(address, registry, state, connections)
 
-    class Handler(BaseHTTPRequestHandler):
-        # Each read or write of a connection blocks at most this long (socket timeout): a
-        # client that stops reading a response frees its thread too.
-        timeout = connections.guard.limits.header_timeout_s
 
-        def parse_request(self) -> bool:
-            parsed = super().parse_request()
-            if parsed:  # the headers are in: no deadline while the request is answered
-                connections.request_started(self.request)
-            return parsed
+class StatusHandler(BaseHTTPRequestHandler):
+    """One request to ``/metrics``, ``/healthz`` or ``/readyz`` (what ``StatusServer`` holds)."""
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._reply(200, b"ok\n")
-            elif path == "/readyz":
-                alive, total = state.alive(), len(state.slots)  # type: ignore[attr-defined]
-                ready = alive == total
-                self._reply(200 if ready else 503, f"workers {alive}/{total}\n".encode())
-            else:
-                self._reply(404, b"not found\n")
+    server: StatusServer
 
-        def _reply(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    @property
+    def timeout(self) -> float:  # type: ignore[override]
+        """Each read or write of a connection blocks at most this long (socket timeout): a
+        client that stops reading a response frees its thread too."""
+        return self.server.connections.guard.limits.header_timeout_s
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:  # the headers are in: no deadline while the request is answered
+            self.server.connections.request_started(self.request)
+        return parsed
 
-    class Server(ThreadingHTTPServer):
-        address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        daemon_threads = True
-        # The listen backlog: connections the kernel completes while the serving thread is busy
-        # (socketserver's default of 5 drops SYNs under a burst of probes and scrapes).
-        request_queue_size = 128
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            self._reply(200, b"ok\n")
+        elif path == "/readyz":
+            state = self.server.state
+            alive, total = state.alive(), len(state.slots)  # type: ignore[attr-defined]
+            ready = alive == total
+            self._reply(200 if ready else 503, f"workers {alive}/{total}\n".encode())
+        else:
+            self._reply(404, b"not found\n")
 
-        def verify_request(self, request: object, client_address: object) -> bool:
-            """At accept, in the serving thread: over the cap, 503 and closed, no thread."""
+    def _reply(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class StatusServer(ThreadingHTTPServer):
+    """The listener: one thread per admitted connection, at most ``connections`` allows."""
+
+    daemon_threads = True
+    # The listen backlog: connections the kernel completes while the serving thread is busy
+    # (socketserver's default of 5 drops SYNs under a burst of probes and scrapes).
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        state: object,
+        connections: GuardedConnections,
+    ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.registry = registry
+        self.state = state
+        self.connections = connections
+        super().__init__(address, StatusHandler)
+
+    def verify_request(self, request: object, client_address: object) -> bool:
+        """At accept, in the serving thread: over the cap, 503 and closed, no thread."""
+        assert isinstance(request, socket.socket)
+        if self.connections.admit(request):
+            return True
+        with contextlib.suppress(OSError):
+            request.setblocking(False)  # never wait on a client that does not read
+            request.send(REFUSED_RESPONSE)
+        return False
+
+    def process_request_thread(self, request: object, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
             assert isinstance(request, socket.socket)
-            if connections.admit(request):
-                return True
+            self.connections.forget(request)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A connection's own failure (reset, broken pipe: e.g. one shut down at its
+        deadline) is the client's business, not a traceback on stderr per connection."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+    def service_actions(self) -> None:
+        """Every poll (0.5 s) and accept: shut down the connections past their header
+        deadline, which wakes their threads' blocked reads with an EOF."""
+        for conn in self.connections.expired():
             with contextlib.suppress(OSError):
-                request.setblocking(False)  # never wait on a client that does not read
-                request.send(REFUSED_RESPONSE)
-            return False
-
-        def process_request_thread(self, request: object, client_address: object) -> None:
-            try:
-                super().process_request_thread(request, client_address)  # type: ignore[misc]
-            finally:
-                assert isinstance(request, socket.socket)
-                connections.forget(request)
-
-        def handle_error(self, request: object, client_address: object) -> None:
-            """A connection's own failure (reset, broken pipe: e.g. one shut down at its
-            deadline) is the client's business, not a traceback on stderr per connection."""
-            if isinstance(sys.exc_info()[1], OSError):
-                return
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-        def service_actions(self) -> None:
-            """Every poll (0.5 s) and accept: shut down the connections past their header
-            deadline, which wakes their threads' blocked reads with an EOF."""
-            for conn in connections.expired():
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
-
-    return Server(address, Handler)
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> None:

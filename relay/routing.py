@@ -92,6 +92,21 @@ class Routing:
         """Take a new configuration; returns the target ids that left it (the caller drops their
         flows)."""
         self.verifier = HintVerifier(config.keyring, self.max_hint_age_s)
+        self._apply_transceivers(config)
+        self._apply_routes(config)
+        targets = self.targets
+        wanted = set(config.transceivers) | {r.tid for r in self.routes.values()}
+        gone = [tid for tid in targets if tid not in wanted]
+        for tid in gone:
+            del targets[tid]
+        self.peers.clear()
+        self.peers.update((t.peer_key, t) for t in targets.values() if t.health is None)
+        for route in self.routes.values():
+            self.peers.update((key, route) for key in route.peer_keys)
+        return gone
+
+    def _apply_transceivers(self, config: RoutingConfig) -> None:
+        """New transceivers into ``targets``; a moved one keeps its object (flows point at it)."""
         targets = self.targets
         for tid, (host, port) in config.transceivers.items():
             target = targets.get(tid)
@@ -99,22 +114,17 @@ class Routing:
                 targets[tid] = Target(tid, self.internal_family, host, port)
             elif target.address != (host, port):
                 target.set_address(host, port)
+
+    def _apply_routes(self, config: RoutingConfig) -> None:
+        """New, changed and removed routes in ``routes``; a new one is a target too (``apply``
+        drops the removed ones' targets)."""
         routes = self.routes
         for cluster, addresses in config.routes.items():
             route = routes.get(cluster)
             if route is None:
                 route = routes[cluster] = RouteTarget(cluster, self.internal_family, addresses)
-                targets[route.tid] = route
+                self.targets[route.tid] = route
             elif route.addresses != addresses:
                 route.update(addresses)
         for cluster in [c for c in routes if c not in config.routes]:
             del routes[cluster]
-        wanted = set(config.transceivers) | {r.tid for r in routes.values()}
-        gone = [tid for tid in targets if tid not in wanted]
-        for tid in gone:
-            del targets[tid]
-        self.peers.clear()
-        self.peers.update((t.peer_key, t) for t in targets.values() if t.health is None)
-        for route in routes.values():
-            self.peers.update((key, route) for key in route.peer_keys)
-        return gone

@@ -452,6 +452,19 @@ class Supervisor:
         signal.set_wakeup_fd(wake_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, self._on_signal)
+        self._start_serving()
+        if callable(on_ready):
+            on_ready(self)
+        try:
+            while not self._stop:
+                self._supervise_once(wake_r)
+        finally:
+            self._shutdown()
+            if self.http is not None:
+                self.http.shutdown()
+
+    def _start_serving(self) -> None:
+        """The workers first, then the threads the supervisor alone runs."""
         for slot in self.state.slots:
             self._spawn(slot)
         if self.http is not None:
@@ -468,36 +481,35 @@ class Supervisor:
         )
         if "tcp" in self.addresses:
             log.info("relay accepting ICE over TCP on %s", self.addresses["tcp"])
-        if callable(on_ready):
-            on_ready(self)
+
+    def _supervise_once(self, wake_r: int) -> None:
+        """One turn: wait for a signal, the claim or the next restart; then reap, reload and
+        restart what is due."""
+        pending = [s.restart_at for s in self.state.slots if s.restart_at is not None]
+        timeout = max(0.0, min(pending) - time.monotonic()) if pending else 1.0
+        readable, _, _ = select.select(
+            [wake_r] + ([self.claim] if self.claim else []), [], [], timeout
+        )
+        if self.claim is not None and self.claim in readable:
+            drain(self.claim)
+        elif self.claim is None:
+            self._retake_claim()
         try:
-            while not self._stop:
-                pending = [s.restart_at for s in self.state.slots if s.restart_at is not None]
-                timeout = max(0.0, min(pending) - time.monotonic()) if pending else 1.0
-                readable, _, _ = select.select(
-                    [wake_r] + ([self.claim] if self.claim else []), [], [], timeout
-                )
-                if self.claim is not None and self.claim in readable:
-                    drain(self.claim)
-                elif self.claim is None:
-                    self._retake_claim()
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-                self._reap()
-                if self._reload:
-                    self._reload = False
-                    self.reload()
-                now = time.monotonic()
-                for slot in self.state.slots:
-                    if not self._stop and slot.restart_at is not None and slot.restart_at <= now:
-                        self._spawn(slot)
-        finally:
-            self._shutdown()
-            if self.http is not None:
-                self.http.shutdown()
+            while os.read(wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        self._reap()
+        if self._reload:
+            self._reload = False
+            self.reload()
+        self._restart_due(time.monotonic())
+
+    def _restart_due(self, now: float) -> None:
+        """Respawn the workers whose restart backoff has passed (none once stopping)."""
+        for slot in self.state.slots:
+            if not self._stop and slot.restart_at is not None and slot.restart_at <= now:
+                self._spawn(slot)
 
     def _retake_claim(self) -> None:
         """After a --takeover: claim the port once the relay that held it has stopped."""

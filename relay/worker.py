@@ -115,19 +115,7 @@ class Worker:
         self.internal_keys = AddressKeys(config.internal_family)
         self.flows = FlowTable(config.limits)
         self.routing = Routing(config.internal_family, config.max_hint_age_s)
-        rate = config.first_packet_rate_per_s
-        checks = config.transceiver_stun_rate_per_s
-        self.admission = Admission(
-            config.cluster,
-            self.keys,
-            AddressPolicy(config.deny_networks, config.allow_networks),
-            KeyedBuckets(rate, 2 * rate, config.first_packet_prefixes, overflow=True),
-            # Keyed by verified transceiver ids only: at most the allowlist's size.
-            KeyedBuckets(checks, checks, MAX_TRANSCEIVER_IDS),
-            self.flows,
-            self.routing,
-            SLOT_SIZE,
-        )
+        self.admission = self._first_packet_admission(config)
         # Headers of confirmed flows live at their journal slot; one scratch header per batch
         # entry serves packets of pending flows.
         self.headers = FlowHeaders(self.keys, config.limits.max_confirmed_flows, batch)
@@ -151,6 +139,66 @@ class Worker:
         self.route_counters: dict[int, int] = {
             route_id(cluster): C.PACKETS_OF[C.PEER_ROUTES + cluster] for cluster in config.routes
         }
+        # ICE over TCP (--listen-tcp): relay.tcpfront; None without a TCP listener.
+        self.tcp = self._tcp_front(tcp_listener) if tcp_listener is not None else None
+        self.rx_pub = RecvBatch(fam, batch, SLOT_SIZE)
+        self.rx_int = RecvBatch(config.internal_family, batch, SLOT_SIZE)
+        self.tx_int = SendBatch(config.internal_family, batch, iovs=2)
+        self.tx_pub = SendBatch(fam, batch, iovs=1)
+        self.header_len = self.headers.header_len
+        self.header_verfam = encap.VERSION_FAMILY[self.keys.ip_version]
+        self._no_flags_run = bytes(batch)
+        self._prepare_batch_views(batch)
+        self.public_fd = public.fileno()
+        self.internal_fd = internal.fileno()
+        self._prepare_peer_ingress(peer, peer_journal)
+        self._client_sockaddr = bytearray(self.tx_pub.name_stride)
+        self._client_sockaddr[0:2] = fam.to_bytes(2, "little")
+        self.now = int(time.monotonic())
+        self.wall = time.time()
+        self._stop = False
+
+    def _first_packet_admission(self, config: RelayConfig) -> Admission:
+        """relay.admission over this worker's tables, with its first-packet budgets."""
+        rate = config.first_packet_rate_per_s
+        checks = config.transceiver_stun_rate_per_s
+        return Admission(
+            config.cluster,
+            self.keys,
+            AddressPolicy(config.deny_networks, config.allow_networks),
+            KeyedBuckets(rate, 2 * rate, config.first_packet_prefixes, overflow=True),
+            # Keyed by verified transceiver ids only: at most the allowlist's size.
+            KeyedBuckets(checks, checks, MAX_TRANSCEIVER_IDS),
+            self.flows,
+            self.routing,
+            SLOT_SIZE,
+        )
+
+    def _tcp_front(self, listener: socket.socket) -> TcpFront:
+        """ICE over TCP, admitted by the same rule and budgets as UDP, with its own flow table
+        (the per-hint budgets)."""
+        config = self.config
+        tcp_limits = config.tcp_limits
+        tcp_admission = Admission(
+            config.cluster,
+            self.keys,
+            self.admission.policy,
+            self.admission.first_packets,
+            self.admission.transceiver_checks,
+            FlowTable(config.limits),
+            self.routing,
+            tcp_limits.max_frame_bytes + 1,
+        )
+        return TcpFront(
+            tcp_limits, listener, self.internal, self.keys, tcp_admission, self.routing, self.ctr
+        )
+
+    def _prepare_peer_ingress(
+        self, peer: socket.socket | None, peer_journal: FlowJournal | None
+    ) -> None:
+        """Relay tiers (--peer-listen): the edges' flow table, and the peer socket's batches
+        when this relay has one."""
+        config = self.config
         self.peer = peer
         self.peer_flows = EdgeFlowTable(config.limits, config.peer_path_ttl_s)
         self.housekeeping.peer_flows = self.peer_flows
@@ -162,35 +210,8 @@ class Worker:
             (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")),
             config.peer_networks,
         )
-        # ICE over TCP (--listen-tcp): relay.tcpfront, admitted by the same rule with its own
-        # flow table (the per-hint budgets); None without a TCP listener.
-        self.tcp: TcpFront | None = None
-        if tcp_listener is not None:
-            tcp_limits = config.tcp_limits
-            tcp_admission = Admission(
-                config.cluster,
-                self.keys,
-                self.admission.policy,
-                self.admission.first_packets,
-                self.admission.transceiver_checks,
-                FlowTable(config.limits),
-                self.routing,
-                tcp_limits.max_frame_bytes + 1,
-            )
-            self.tcp = TcpFront(
-                tcp_limits, tcp_listener, internal, self.keys, tcp_admission, self.routing, counters
-            )
-        self.rx_pub = RecvBatch(fam, batch, SLOT_SIZE)
-        self.rx_int = RecvBatch(config.internal_family, batch, SLOT_SIZE)
-        self.tx_int = SendBatch(config.internal_family, batch, iovs=2)
-        self.tx_pub = SendBatch(fam, batch, iovs=1)
-        self.header_len = self.headers.header_len
-        self.header_verfam = encap.VERSION_FAMILY[self.keys.ip_version]
-        self._no_flags_run = bytes(batch)
-        self._prepare_batch_views(batch)
-        self.public_fd = public.fileno()
-        self.internal_fd = internal.fileno()
         if peer is not None:
+            batch = config.batch_size
             self.peer_fd = peer.fileno()
             self.edge_keys = AddressKeys(config.peer_family)
             self.rx_peer = RecvBatch(config.peer_family, batch, SLOT_SIZE)
@@ -199,11 +220,6 @@ class Worker:
         else:
             self.tx_peer = None  # type: ignore[assignment]
         self._peer_k = self._peer_bytes = 0
-        self._client_sockaddr = bytearray(self.tx_pub.name_stride)
-        self._client_sockaddr[0:2] = fam.to_bytes(2, "little")
-        self.now = int(time.monotonic())
-        self.wall = time.time()
-        self._stop = False
 
     def _prepare_batch_views(self, batch: int) -> None:
         """Precompute what the batch-at-once paths slice with, once."""
@@ -426,15 +442,21 @@ class Worker:
                 k, nbytes = n, sum(lens) - n * hl
                 if self.route_counters:
                     self._tids, self._lens = tids, lens
+        return self._sent_to_clients(n, k, nbytes, compacted)
+
+    def _sent_to_clients(self, n: int, k: int, nbytes: int, compacted: bool) -> int:
+        """Send the first k prepared entries of a batch of n received datagrams, and what was
+        staged for edges; count them (``_sent_to_transceivers``' other direction)."""
         ctr = self.ctr
         if k:
+            sb = self.tx_pub
             failed = sb.send(self.public_fd, k)
             if compacted:  # only after sending, as in _sent_to_transceivers
                 sb.iov[0 : len(sb.iov) : 2] = self._transceiver_payload_bases
             if failed:
                 ctr[_DROP["send_error"]] += failed
             if self.route_counters:
-                self._count_by_peer(1, k, failed, hl)
+                self._count_by_peer(1, k, failed, self.header_len)
             else:
                 ctr[C.PACKETS + 1] += k - failed
                 ctr[C.BYTES + 1] += nbytes
@@ -475,20 +497,8 @@ class Worker:
             if bad is not None:
                 ctr[bad] += 1
                 continue
-            flags = data[base + FLAGS_OFFSET]
-            if flags:
-                if flags == FLAG_TCP and self.tcp is not None:
-                    d = k * stride  # a scratch destination: nothing is sent from it
-                    at = base + port_at
-                    snames[d + port_to : d + port_to + port_len] = data[at : at + port_len]
-                    at = base + addr_at
-                    snames[d + addr_to : d + addr_to + addr_len] = data[at : at + addr_len]
-                    key = from_sockaddr(bytes(snames[d : d + stride]))
-                    self.tcp.to_client(key, target, data[base + hl : base + length])
-                elif target.health is not None and length == hl + PROBE_NONCE_LEN:
-                    self._probe_answered(target, bytes(data[base + hl : base + length]))
-                else:
-                    ctr[_DROP["encap_malformed"]] += 1
+            if data[base + FLAGS_OFFSET]:
+                self._flagged_from_transceiver(target, base, length, k)
                 continue
             d = k * stride
             at = base + port_at
@@ -516,6 +526,27 @@ class Worker:
                 sent_lens.append(length)
         self._tids, self._lens = tids, sent_lens
         return k, nbytes
+
+    def _flagged_from_transceiver(self, target: Target, base: int, length: int, k: int) -> None:
+        """A flagged datagram on the internal socket (not the UDP path): a transceiver's for a
+        TCP client (relay.tcpfront), or a route's answer to a probe; anything else is dropped."""
+        data = self.rx_int.data
+        flags = data[base + FLAGS_OFFSET]
+        hl = self.header_len
+        if flags == FLAG_TCP and self.tcp is not None:
+            (port_to, port_at, port_len), (addr_to, addr_at, addr_len) = self._address_fields
+            snames, stride = self.tx_pub.names, self.tx_pub.name_stride
+            d = k * stride  # a scratch destination: nothing is sent from it
+            at = base + port_at
+            snames[d + port_to : d + port_to + port_len] = data[at : at + port_len]
+            at = base + addr_at
+            snames[d + addr_to : d + addr_to + addr_len] = data[at : at + addr_len]
+            key = self.keys.from_sockaddr(bytes(snames[d : d + stride]))
+            self.tcp.to_client(key, target, data[base + hl : base + length])
+        elif target.health is not None and length == hl + PROBE_NONCE_LEN:
+            self._probe_answered(target, bytes(data[base + hl : base + length]))
+        else:
+            self.ctr[_DROP["encap_malformed"]] += 1
 
     # -- relay tiers: peer ingress, replies to edges, route probes ------------------------------
     def _stage_for_edge(
@@ -589,12 +620,8 @@ class Worker:
             if bad is not None:
                 ctr[bad] += 1
                 continue
-            flags = data[base + FLAGS_OFFSET]
-            if flags:
-                if flags == FLAG_PROBE and length == hl + PROBE_NONCE_LEN:
-                    self._answer_probe(i, base, length)
-                else:
-                    ctr[_DROP["encap_malformed"]] += 1
+            if data[base + FLAGS_OFFSET]:
+                self._flagged_from_edge(i, base, length)
                 continue
             hops = data[base + HOP_LIMIT_OFFSET] - 1
             if hops <= 0:
@@ -609,17 +636,9 @@ class Worker:
             stun = CLASS_BY_FIRST_BYTE[data[base + hl]] == _STUN
             flow = flows.get(key)
             if flow is None:
-                if not stun:  # a restart, or a new edge hashed here? Redis may know the client
-                    ctr[_DROP["no_flow"]] += 1
-                    self.housekeeping.look_up_peer(key, edge)
+                flow = self._new_edge_flow(key, edge, stun, base, length)
+                if flow is None:
                     continue
-                decided = hint_target(
-                    data[base + hl : base + length], self.routing, self.config.cluster, self.wall
-                )
-                if isinstance(decided, str):
-                    ctr[_DROP[decided]] += 1
-                    continue
-                flow = table.admit(key, decided[1], decided[0], edge, now)
             elif not flow.confirmed and not stun:
                 ctr[_DROP["not_confirmed"]] += 1
                 continue
@@ -634,8 +653,36 @@ class Worker:
             siov[k * 2 + 1] = length
             k += 1
             nbytes += length - hl
+        return self._sent_from_edges(n, k, nbytes)
+
+    def _new_edge_flow(
+        self, key: Hashable, edge: bytes, stun: bool, base: int, length: int
+    ) -> EdgeFlow | None:
+        """The first packet of an edge's client here: a STUN check whose hint admits it opens
+        its peer flow (relay.edgeflows); anything else is dropped (counted), and Redis asked."""
+        ctr = self.ctr
+        if not stun:  # a restart, or a new edge hashed here? Redis may know the client
+            ctr[_DROP["no_flow"]] += 1
+            self.housekeeping.look_up_peer(key, edge)
+            return None
+        data = self.rx_peer.data
+        decided = hint_target(
+            data[base + self.header_len : base + length],
+            self.routing,
+            self.config.cluster,
+            self.wall,
+        )
+        if isinstance(decided, str):
+            ctr[_DROP[decided]] += 1
+            return None
+        return self.peer_flows.admit(key, decided[1], decided[0], edge, self.now)
+
+    def _sent_from_edges(self, n: int, k: int, nbytes: int) -> int:
+        """Send the first k prepared entries of a batch of n datagrams from edges on to their
+        targets; count them."""
+        ctr = self.ctr
         if k:
-            failed = sb.send(self.internal_fd, k)
+            failed = self.tx_fwd.send(self.internal_fd, k)
             if failed:
                 ctr[_DROP["send_error"]] += failed
             edge_base = C.PACKETS_OF[C.PEER_EDGE]
@@ -646,8 +693,13 @@ class Worker:
         ctr[C.BATCH_COUNT] += 1
         return n
 
-    def _answer_probe(self, i: int, base: int, length: int) -> None:
-        """A route probe from an edge: the same bytes back, flagged as the answer."""
+    def _flagged_from_edge(self, i: int, base: int, length: int) -> None:
+        """A flagged datagram at the peer ingress: a route probe from an edge gets the same bytes
+        back, flagged as the answer; any other is dropped."""
+        flags = self.rx_peer.data[base + FLAGS_OFFSET]
+        if flags != FLAG_PROBE or length != self.header_len + PROBE_NONCE_LEN:
+            self.ctr[_DROP["encap_malformed"]] += 1
+            return
         reply = bytearray(self.rx_peer.data[base : base + length])
         reply[FLAGS_OFFSET] = FLAG_PROBE_REPLY
         rb = self.rx_peer
@@ -684,27 +736,11 @@ class Worker:
 
     def run(self) -> None:
         """Serve until SIGTERM. Called in the forked child; never returns to supervisor code."""
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        wake_r = self._install_signals()
         self.start()
         housekeeping = self.housekeeping
         cache = housekeeping.cache
-        # poll(2), not epoll: poll puts the worker on the sockets' wait queues only while it
-        # sleeps. A socket registered with epoll keeps a waiter for good, and then every datagram
-        # the worker sends makes the kernel take the wait-queue lock when it frees the buffer
-        # (sock_wfree -> sock_def_write_space): measured at ~5% of a busy worker.
-        poller = select.poll()
-        fds = [self.public_fd, self.internal_fd, wake_r]
-        if self.peer is not None:
-            fds.append(self.peer_fd)
-        if self.tcp is not None:
-            fds.append(self.tcp.fileno())
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
+        poller = self._poller(wake_r)
         next_tick = time.monotonic() + 1.0
         probing = bool(self.config.routes)
         probe_every = self.config.route_probe_interval_s
@@ -729,6 +765,35 @@ class Worker:
             if mono >= next_tick:
                 self.tick(int(mono))
                 next_tick = mono + 1.0
+
+    def _install_signals(self) -> int:
+        """SIGTERM stops the loop, through a wakeup pipe (its read end is returned) so a
+        sleeping poll wakes too; the supervisor's other signals are not the worker's."""
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        return wake_r
+
+    def _poller(self, wake_r: int) -> select.poll:
+        """What the loop sleeps on when a round found nothing: every socket it reads, and the
+        wakeup pipe.
+
+        poll(2), not epoll: poll puts the worker on the sockets' wait queues only while it
+        sleeps. A socket registered with epoll keeps a waiter for good, and then every datagram
+        the worker sends makes the kernel take the wait-queue lock when it frees the buffer
+        (sock_wfree -> sock_def_write_space): measured at ~5% of a busy worker."""
+        poller = select.poll()
+        fds = [self.public_fd, self.internal_fd, wake_r]
+        if self.peer is not None:
+            fds.append(self.peer_fd)
+        if self.tcp is not None:
+            fds.append(self.tcp.fileno())
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        return poller
 
 
 def header_problem(

@@ -318,51 +318,70 @@ class CallerWorker:
         sys.stdout.flush()
 
     async def handle(self, cmd: dict[str, Any]) -> bool:
+        """One command from the parent; False for ``exit``. Unknown commands are ignored."""
+        kind = cmd["cmd"]
+        if kind == "exit":
+            return False
+        handler = {
+            "tones": self._tones,
+            "connect": self._connect,
+            "mark": self._mark,
+            "stats": self._stats,
+            "hangup": self._hang_up,
+        }.get(kind)
+        if handler is not None:
+            await handler(cmd)
+        return True
+
+    def _tone_packets(self, hz: int) -> list[bytes]:
+        """The caller's tone at ``hz``, encoded once per worker."""
         from testbed.callers import DELAY_LEVELS, opus_tone_packets
 
-        kind = cmd["cmd"]
-        if kind == "tones":
-            for hz in cmd["hz"]:
-                if hz not in self._packets:
-                    self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-            self.reply({"event": "tones"})
-        elif kind == "connect":
-            self.url = cmd["url"]
-            for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
-                if hz not in self._packets:
-                    self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-            certificate = None
-            if cmd.get("light", False):
-                if self._certificate is None:
-                    from transceiver.call.certificate import SharedCertificate
+        if hz not in self._packets:
+            self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
+        return self._packets[hz]
 
-                    self._certificate = SharedCertificate.generateCertificate()
-                certificate = self._certificate
-            new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
-            self.calls += new
-            echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
-            await asyncio.gather(
-                *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries) for c in new)
-            )
-            self.reply({"event": "connected", "calls": [c.summary() for c in new]})
-        elif kind == "mark":
-            for c in self.calls:  # the window's first mark starts what echo_delay_ms reads
-                c.window_start = c.window_start or time.monotonic()
-            counters = {c.id: c.counters() for c in self.calls}
-            self.reply({"event": "mark", "t": time.monotonic(), "calls": counters})
-        elif kind == "stats":
-            stats = await asyncio.gather(*(c.link_stats() for c in self.calls))
-            by_id = {c.id: s for c, s in zip(self.calls, stats, strict=True)}
-            self.reply({"event": "stats", "t": time.monotonic(), "calls": by_id})
-        elif kind == "hangup":
-            await asyncio.gather(
-                *(c.hang_up(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
-            )
-            self.reply({"event": "hungup", "calls": [c.summary() for c in self.calls]})
-            self.calls = []
-        elif kind == "exit":
-            return False
-        return True
+    async def _tones(self, cmd: dict[str, Any]) -> None:
+        for hz in cmd["hz"]:
+            self._tone_packets(hz)
+        self.reply({"event": "tones"})
+
+    async def _connect(self, cmd: dict[str, Any]) -> None:
+        self.url = cmd["url"]
+        for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
+            self._tone_packets(hz)
+        certificate = None
+        if cmd.get("light", False):
+            if self._certificate is None:
+                from transceiver.call.certificate import SharedCertificate
+
+                self._certificate = SharedCertificate.generateCertificate()
+            certificate = self._certificate
+        new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
+        self.calls += new
+        echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
+        await asyncio.gather(
+            *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries) for c in new)
+        )
+        self.reply({"event": "connected", "calls": [c.summary() for c in new]})
+
+    async def _mark(self, cmd: dict[str, Any]) -> None:
+        for c in self.calls:  # the window's first mark starts what echo_delay_ms reads
+            c.window_start = c.window_start or time.monotonic()
+        counters = {c.id: c.counters() for c in self.calls}
+        self.reply({"event": "mark", "t": time.monotonic(), "calls": counters})
+
+    async def _stats(self, cmd: dict[str, Any]) -> None:
+        stats = await asyncio.gather(*(c.link_stats() for c in self.calls))
+        by_id = {c.id: s for c, s in zip(self.calls, stats, strict=True)}
+        self.reply({"event": "stats", "t": time.monotonic(), "calls": by_id})
+
+    async def _hang_up(self, cmd: dict[str, Any]) -> None:
+        await asyncio.gather(
+            *(c.hang_up(self.http, self.url, cmd["timeout_s"]) for c in self.calls)
+        )
+        self.reply({"event": "hungup", "calls": [c.summary() for c in self.calls]})
+        self.calls = []
 
     async def serve(self) -> None:
         import aiohttp

@@ -649,22 +649,7 @@ class EchoCounter:
                 for at, last, _, index in exact
             ]
             return 1000 * statistics.median(delays)
-        # Loud or quiet: split halfway between the levels heard (the codecs' gain on a tone
-        # depends on its frequency, so no absolute threshold fits every caller).
-        levels = sorted(level for _, _, level, _ in heard)
-        split = (levels[len(levels) // 5] + levels[len(levels) * 4 // 5]) / 2
-        # The lag changes when a frame is lost or trimmed: find it second by second (one loop
-        # of the pattern each), and keep the seconds where one lag explains 80 % of the levels.
-        delays = []
-        for i in range(0, len(heard) - 49, 50):
-            chunk = heard[i : i + 50]
-            bits = [(last, int(level >= split)) for _, last, level, _ in chunk]
-            hits, lag = max(
-                (sum(bit == DELAY_PATTERN[(last - lag) % 50] for last, bit in bits), lag)
-                for lag in range(50)
-            )
-            if hits >= 0.8 * len(chunk):
-                delays += [at - (start + (last - lag) * frame_s) for at, last, _, _ in chunk]
+        delays = _delays_by_pattern(heard, start, frame_s)
         return 1000 * statistics.median(delays) if delays else None
 
     def _check_tone(self, samples: memoryview) -> None:
@@ -695,3 +680,27 @@ class EchoCounter:
                     self.foreign_tones.append((hz, round(power / total, 2)))
                 return True
         return False
+
+
+def _delays_by_pattern(
+    heard: list[tuple[float, int, int, int]], start: float, frame_s: float
+) -> list[float]:
+    """``EchoCounter.echo_delay_ms`` for re-encoded echoes: each frame's delay, over the
+    seconds in which one lag of the loop's level pattern explains 80 % of the levels heard."""
+    # Loud or quiet: split halfway between the levels heard (the codecs' gain on a tone
+    # depends on its frequency, so no absolute threshold fits every caller).
+    levels = sorted(level for _, _, level, _ in heard)
+    split = (levels[len(levels) // 5] + levels[len(levels) * 4 // 5]) / 2
+    # The lag changes when a frame is lost or trimmed: find it second by second (one loop
+    # of the pattern each), and keep the seconds where one lag explains 80 % of the levels.
+    delays: list[float] = []
+    for i in range(0, len(heard) - 49, 50):
+        chunk = heard[i : i + 50]
+        bits = [(last, int(level >= split)) for _, last, level, _ in chunk]
+        hits, lag = max(
+            (sum(bit == DELAY_PATTERN[(last - lag) % 50] for last, bit in bits), lag)
+            for lag in range(50)
+        )
+        if hits >= 0.8 * len(chunk):
+            delays += [at - (start + (last - lag) * frame_s) for at, last, _, _ in chunk]
+    return delays

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -38,6 +39,39 @@ class Tally:
             self._counter.inc(count)
 
 
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+@dataclass(frozen=True)
+class Declared(Generic[M]):
+    """A metric declared as a class attribute of ``TransceiverMetrics``, which makes it per
+    instance (the instance's own attribute then hides this one). Label values in ``presets``
+    show at 0 before their first count."""
+
+    kind: type[M]
+    name: str
+    doc: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    presets: tuple[str, ...] = ()
+
+    def make(self, registry: CollectorRegistry) -> M:
+        extra = {} if self.buckets is None else {"buckets": self.buckets}
+        metric = self.kind(self.name, self.doc, self.labels, registry=registry, **extra)
+        for value in self.presets:
+            metric.labels(value)
+        return metric
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Declared[M]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> M: ...
+    def __get__(self, instance: object | None, owner: type) -> Declared[M] | M:
+        if instance is not None:  # __init__ made every one: a declaration never made is a bug
+            raise AttributeError(f"{self.name} was declared but not made")
+        return self
+
+
 @dataclass(frozen=True)
 class SessionMetrics:
     """The metrics a session writes, and no others (``TransceiverMetrics.for_sessions``)."""
@@ -57,231 +91,226 @@ class SessionMetrics:
 
 
 class TransceiverMetrics:
+    """Every metric of the transceiver, declared once below in the order /metrics shows them;
+    an instance makes them in a registry of its own."""
+
+    sessions_active = Declared(
+        Gauge, "rtcedge_transceiver_sessions_active", "Sessions not yet ended."
+    )
+    session_utilization = Declared(
+        Gauge,
+        "rtcedge_transceiver_session_utilization",
+        "Sessions not yet ended over --max-sessions (0-1): what an autoscaler keeps pods at.",
+    )
+    client_addresses = Declared(
+        Gauge,
+        "rtcedge_transceiver_client_addresses",
+        "Client addresses the sessions can be reached at (one per call, more for a while"
+        " after a NAT rebinding or during ICE).",
+    )
+    http_connections_closed = Declared(
+        Counter,
+        "rtcedge_transceiver_http_connections_closed",
+        "HTTP connections a listener closed itself, by listener (http, metrics) and reason:"
+        " max_connections (refused at accept: --http-max-connections open), header_timeout"
+        " (no request headers within --http-header-timeout).",
+        labels=("listener", "reason"),
+    )
+    http_connections = Declared(
+        Gauge,
+        "rtcedge_transceiver_http_connections",
+        "HTTP connections open now, by listener (http, metrics).",
+        labels=("listener",),
+    )
+    sessions_started = Declared(
+        Counter, "rtcedge_transceiver_sessions_started", "Sessions created by an accepted offer."
+    )
+    region_sessions = Declared(
+        Counter,
+        "rtcedge_transceiver_region_sessions",
+        "Sessions created, by the region whose relay addresses their answer advertised"
+        " (a configured --region, or default).",
+        labels=("region",),
+    )
+    paths_selected = Declared(
+        Counter,
+        "rtcedge_transceiver_paths_selected",
+        "Client addresses ICE moved a session's media to (its first, and one more per NAT"
+        " rebinding), by the transport the client reached the relay with: udp, or tcp"
+        " (ICE-TCP, when UDP is blocked).",
+        labels=("transport",),
+        presets=("udp", "tcp"),
+    )
+    sessions_ended = Declared(
+        Counter,
+        "rtcedge_transceiver_sessions_ended",
+        "Sessions ended, by reason.",
+        labels=("reason",),
+    )
+    ice_connected = Declared(
+        Histogram,
+        "rtcedge_transceiver_ice_connected_seconds",
+        "Time from the offer to ICE connected.",
+        buckets=CONNECT_BUCKETS,
+    )
+    dtls_connected = Declared(
+        Histogram,
+        "rtcedge_transceiver_dtls_connected_seconds",
+        "Time from the offer to DTLS connected (media can flow).",
+        buckets=CONNECT_BUCKETS,
+    )
+    connect_phase = Declared(
+        Histogram,
+        "rtcedge_transceiver_connect_phase_seconds",
+        "A session's connect, step by step: reading the offer (offer), making the answer"
+        " (answer), answer to the first authenticated check (first_check), to ICE connected"
+        " (ice), to DTLS connected (dtls), then to the first audio frame from the caller"
+        " (audio_in) and toward it (audio_out).",
+        labels=("phase",),
+        buckets=PHASE_BUCKETS,
+        presets=CONNECT_PHASES,
+    )
+    audio_frames = Declared(
+        Counter,
+        "rtcedge_transceiver_audio_frames",
+        "20 ms audio frames, from callers (in) and toward them (out).",
+        labels=("direction",),
+    )
+    jitter_events = Declared(
+        Counter,
+        "rtcedge_transceiver_audio_jitter_events",
+        "Inbound audio packets the jitter buffer gave up on (lost), dropped as late or to cut"
+        " latency (trimmed), sequence restarts (resync), packets that are not Opus or that"
+        " libopus refused (undecodable), packets of another codec (foreign), and SRTP that"
+        " failed authentication (srtp_failed) or did not parse (malformed).",
+        labels=("event",),
+    )
+    backend_errors = Declared(Counter, "rtcedge_transceiver_backend_errors", "Backend failures.")
+    data_channel_dropped = Declared(
+        Counter,
+        "rtcedge_transceiver_data_channel_dropped",
+        "The data channel's drops (transceiver.call.sctp), by reason: DATA chunks from a caller"
+        " outside the receive window (beyond_window) or for a stream past the negotiated"
+        " count (invalid_stream); events toward a caller dropped oldest first because it"
+        " acknowledges too little (unacked_full), or larger than its max-message-size"
+        " (too_large).",
+        labels=("reason",),
+        presets=DATA_CHANNEL_DROP_REASONS,
+    )
+    datagrams = Declared(
+        Counter,
+        "rtcedge_transceiver_datagrams",
+        "Datagrams on the media socket.",
+        labels=("direction",),
+    )
+    dropped = Declared(
+        Counter,
+        "rtcedge_transceiver_dropped_datagrams",
+        "Datagrams dropped by the demultiplexer, by reason; foreign_ssrc: SRTP or SRTCP of"
+        " an SSRC that is not the caller's (a call latches at most 4), before unprotect.",
+        labels=("reason",),
+    )
+    refusals = Declared(
+        Counter,
+        "rtcedge_transceiver_admission_refusals",
+        "New sessions refused with 503 + Retry-After, by reason: draining, max_sessions,"
+        " cpu or loop_lag (overloaded), headroom (one more would overload it).",
+        labels=("reason",),
+        presets=("draining", "max_sessions", "cpu", "loop_lag", "headroom"),
+    )
+    loop_lag = Declared(
+        Gauge,
+        "rtcedge_transceiver_loop_lag_seconds",
+        "How late the event loop's 100 ms timer fires, mean over 2 s: admission's input.",
+    )
+    cpu_ratio = Declared(
+        Gauge,
+        "rtcedge_transceiver_cpu_ratio",
+        "The process's CPU time over wall time (1 = one core), over 2 s: admission's input.",
+    )
+    sessions_unsettled = Declared(
+        Gauge,
+        "rtcedge_transceiver_sessions_unsettled",
+        "Sessions connecting or connected < 2 s ago: admission counts their cost ahead.",
+    )
+    overloaded = Declared(
+        Gauge,
+        "rtcedge_transceiver_overloaded",
+        "1 while CPU or loop lag is over its --admit-max-* limit (until both are under 80 %"
+        " of it): every new session is refused.",
+    )
+    session_requests_refused = Declared(
+        Counter,
+        "rtcedge_transceiver_session_requests_refused",
+        "DELETE/PATCH of a session resource not answered by its owner, by reason: the id"
+        " does not verify (malformed, version, unknown_key, bad_tag, expired, future), names"
+        " another cluster, arrived already forwarded (looped), names a transceiver with no"
+        " --peer-http address (no_peer), an ended session (no_session), an owner that is"
+        " gone or failed (owner_gone, owner_failed), too many forwards at once (busy), to"
+        " one owner (owner_busy) or from one client (client_busy), an owner that timed out"
+        " a moment ago (owner_failing).",
+        labels=("reason",),
+        presets=REFUSAL_REASONS,
+    )
+    session_requests_forwarded = Declared(
+        Counter,
+        "rtcedge_transceiver_session_requests_forwarded",
+        "DELETE/PATCH passed on to the owning transceiver and answered by it, by method.",
+        labels=("method",),
+        presets=("DELETE", "PATCH"),
+    )
+    migrations_offered = Declared(
+        Counter,
+        "rtcedge_transceiver_migrations_offered",
+        "Callers asked to move on drain (session.migrate with a resume token).",
+    )
+    migrations_claimed = Declared(
+        Counter,
+        "rtcedge_transceiver_migrations_claimed",
+        "Resume tokens of this transceiver's calls claimed by another transceiver.",
+    )
+    migrations_resumed = Declared(
+        Counter,
+        "rtcedge_transceiver_migrations_resumed",
+        "Sessions started here for a call that moved from another transceiver.",
+    )
+    migrations_completed = Declared(
+        Counter,
+        "rtcedge_transceiver_migrations_completed",
+        "Claimed calls whose caller then hung up the old session: moves completed.",
+    )
+    migrations_failed = Declared(
+        Counter,
+        "rtcedge_transceiver_migrations_failed",
+        "Moves that failed, by reason: a resume offer refused here (the token's malformed,"
+        " version, unknown_key, bad_tag, expired, future; cluster, self, no_peer; the"
+        " owner's no_session, replayed; owner_gone, owner_failed, busy, owner_failing), or,"
+        " at the owner, an offer never claimed (unclaimed) or a claimed call never hung up"
+        " (not_switched).",
+        labels=("reason",),
+        presets=FAILURE_REASONS,
+    )
+    whip_requests = Declared(
+        Counter,
+        "rtcedge_transceiver_whip_requests",
+        "WHIP requests, by method and status.",
+        labels=("method", "status"),
+    )
+    offers_refused = Declared(
+        Counter,
+        "rtcedge_transceiver_offers_refused",
+        "WHIP offers refused before any WebRTC state is made, by reason: over --max-sdp-bytes"
+        " (too_large, 413), not UTF-8, over a limit of transceiver.signaling.offer.OfferLimits"
+        " (m_lines, rtpmap_lines, fmtp_lines, section_lines, lines), or invalid (400).",
+        labels=("reason",),
+        presets=OFFER_REFUSAL_REASONS,
+    )
+
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.sessions_active = Gauge(
-            "rtcedge_transceiver_sessions_active", "Sessions not yet ended.", registry=r
-        )
-        self.session_utilization = Gauge(
-            "rtcedge_transceiver_session_utilization",
-            "Sessions not yet ended over --max-sessions (0-1): what an autoscaler keeps pods at.",
-            registry=r,
-        )
-        self.client_addresses = Gauge(
-            "rtcedge_transceiver_client_addresses",
-            "Client addresses the sessions can be reached at (one per call, more for a while"
-            " after a NAT rebinding or during ICE).",
-            registry=r,
-        )
-        self.http_connections_closed = Counter(
-            "rtcedge_transceiver_http_connections_closed",
-            "HTTP connections a listener closed itself, by listener (http, metrics) and reason:"
-            " max_connections (refused at accept: --http-max-connections open), header_timeout"
-            " (no request headers within --http-header-timeout).",
-            ["listener", "reason"],
-            registry=r,
-        )
-        self.http_connections = Gauge(
-            "rtcedge_transceiver_http_connections",
-            "HTTP connections open now, by listener (http, metrics).",
-            ["listener"],
-            registry=r,
-        )
-        self.sessions_started = Counter(
-            "rtcedge_transceiver_sessions_started",
-            "Sessions created by an accepted offer.",
-            registry=r,
-        )
-        self.region_sessions = Counter(
-            "rtcedge_transceiver_region_sessions",
-            "Sessions created, by the region whose relay addresses their answer advertised"
-            " (a configured --region, or default).",
-            ["region"],
-            registry=r,
-        )
-        self.paths_selected = Counter(
-            "rtcedge_transceiver_paths_selected",
-            "Client addresses ICE moved a session's media to (its first, and one more per NAT"
-            " rebinding), by the transport the client reached the relay with: udp, or tcp"
-            " (ICE-TCP, when UDP is blocked).",
-            ["transport"],
-            registry=r,
-        )
-        for transport in ("udp", "tcp"):  # both show, at 0 until their first
-            self.paths_selected.labels(transport)
-        self.sessions_ended = Counter(
-            "rtcedge_transceiver_sessions_ended",
-            "Sessions ended, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.ice_connected = Histogram(
-            "rtcedge_transceiver_ice_connected_seconds",
-            "Time from the offer to ICE connected.",
-            buckets=CONNECT_BUCKETS,
-            registry=r,
-        )
-        self.dtls_connected = Histogram(
-            "rtcedge_transceiver_dtls_connected_seconds",
-            "Time from the offer to DTLS connected (media can flow).",
-            buckets=CONNECT_BUCKETS,
-            registry=r,
-        )
-        self.connect_phase = Histogram(
-            "rtcedge_transceiver_connect_phase_seconds",
-            "A session's connect, step by step: reading the offer (offer), making the answer"
-            " (answer), answer to the first authenticated check (first_check), to ICE connected"
-            " (ice), to DTLS connected (dtls), then to the first audio frame from the caller"
-            " (audio_in) and toward it (audio_out).",
-            ["phase"],
-            buckets=PHASE_BUCKETS,
-            registry=r,
-        )
-        for phase in CONNECT_PHASES:
-            self.connect_phase.labels(phase)
-        self.audio_frames = Counter(
-            "rtcedge_transceiver_audio_frames",
-            "20 ms audio frames, from callers (in) and toward them (out).",
-            ["direction"],
-            registry=r,
-        )
-        self.jitter_events = Counter(
-            "rtcedge_transceiver_audio_jitter_events",
-            "Inbound audio packets the jitter buffer gave up on (lost), dropped as late or to cut"
-            " latency (trimmed), sequence restarts (resync), packets that are not Opus or that"
-            " libopus refused (undecodable), packets of another codec (foreign), and SRTP that"
-            " failed authentication (srtp_failed) or did not parse (malformed).",
-            ["event"],
-            registry=r,
-        )
-        self.backend_errors = Counter(
-            "rtcedge_transceiver_backend_errors", "Backend failures.", registry=r
-        )
-        self.data_channel_dropped = Counter(
-            "rtcedge_transceiver_data_channel_dropped",
-            "The data channel's drops (transceiver.call.sctp), by reason: DATA chunks from a caller"
-            " outside the receive window (beyond_window) or for a stream past the negotiated"
-            " count (invalid_stream); events toward a caller dropped oldest first because it"
-            " acknowledges too little (unacked_full), or larger than its max-message-size"
-            " (too_large).",
-            ["reason"],
-            registry=r,
-        )
-        for reason in DATA_CHANNEL_DROP_REASONS:
-            self.data_channel_dropped.labels(reason)
-        self.datagrams = Counter(
-            "rtcedge_transceiver_datagrams",
-            "Datagrams on the media socket.",
-            ["direction"],
-            registry=r,
-        )
-        self.dropped = Counter(
-            "rtcedge_transceiver_dropped_datagrams",
-            "Datagrams dropped by the demultiplexer, by reason; foreign_ssrc: SRTP or SRTCP of"
-            " an SSRC that is not the caller's (a call latches at most 4), before unprotect.",
-            ["reason"],
-            registry=r,
-        )
-        self.refusals = Counter(
-            "rtcedge_transceiver_admission_refusals",
-            "New sessions refused with 503 + Retry-After, by reason: draining, max_sessions,"
-            " cpu or loop_lag (overloaded), headroom (one more would overload it).",
-            ["reason"],
-            registry=r,
-        )
-        for reason in ("draining", "max_sessions", "cpu", "loop_lag", "headroom"):
-            self.refusals.labels(reason)
-        self.loop_lag = Gauge(
-            "rtcedge_transceiver_loop_lag_seconds",
-            "How late the event loop's 100 ms timer fires, mean over 2 s: admission's input.",
-            registry=r,
-        )
-        self.cpu_ratio = Gauge(
-            "rtcedge_transceiver_cpu_ratio",
-            "The process's CPU time over wall time (1 = one core), over 2 s: admission's input.",
-            registry=r,
-        )
-        self.sessions_unsettled = Gauge(
-            "rtcedge_transceiver_sessions_unsettled",
-            "Sessions connecting or connected < 2 s ago: admission counts their cost ahead.",
-            registry=r,
-        )
-        self.overloaded = Gauge(
-            "rtcedge_transceiver_overloaded",
-            "1 while CPU or loop lag is over its --admit-max-* limit (until both are under 80 %"
-            " of it): every new session is refused.",
-            registry=r,
-        )
-        self.session_requests_refused = Counter(
-            "rtcedge_transceiver_session_requests_refused",
-            "DELETE/PATCH of a session resource not answered by its owner, by reason: the id"
-            " does not verify (malformed, version, unknown_key, bad_tag, expired, future), names"
-            " another cluster, arrived already forwarded (looped), names a transceiver with no"
-            " --peer-http address (no_peer), an ended session (no_session), an owner that is"
-            " gone or failed (owner_gone, owner_failed), too many forwards at once (busy), to"
-            " one owner (owner_busy) or from one client (client_busy), an owner that timed out"
-            " a moment ago (owner_failing).",
-            ["reason"],
-            registry=r,
-        )
-        for reason in REFUSAL_REASONS:
-            self.session_requests_refused.labels(reason)
-        self.session_requests_forwarded = Counter(
-            "rtcedge_transceiver_session_requests_forwarded",
-            "DELETE/PATCH passed on to the owning transceiver and answered by it, by method.",
-            ["method"],
-            registry=r,
-        )
-        for method in ("DELETE", "PATCH"):
-            self.session_requests_forwarded.labels(method)
-        self.migrations_offered = Counter(
-            "rtcedge_transceiver_migrations_offered",
-            "Callers asked to move on drain (session.migrate with a resume token).",
-            registry=r,
-        )
-        self.migrations_claimed = Counter(
-            "rtcedge_transceiver_migrations_claimed",
-            "Resume tokens of this transceiver's calls claimed by another transceiver.",
-            registry=r,
-        )
-        self.migrations_resumed = Counter(
-            "rtcedge_transceiver_migrations_resumed",
-            "Sessions started here for a call that moved from another transceiver.",
-            registry=r,
-        )
-        self.migrations_completed = Counter(
-            "rtcedge_transceiver_migrations_completed",
-            "Claimed calls whose caller then hung up the old session: moves completed.",
-            registry=r,
-        )
-        self.migrations_failed = Counter(
-            "rtcedge_transceiver_migrations_failed",
-            "Moves that failed, by reason: a resume offer refused here (the token's malformed,"
-            " version, unknown_key, bad_tag, expired, future; cluster, self, no_peer; the"
-            " owner's no_session, replayed; owner_gone, owner_failed, busy, owner_failing), or,"
-            " at the owner, an offer never claimed (unclaimed) or a claimed call never hung up"
-            " (not_switched).",
-            ["reason"],
-            registry=r,
-        )
-        for reason in FAILURE_REASONS:
-            self.migrations_failed.labels(reason)
-        self.whip_requests = Counter(
-            "rtcedge_transceiver_whip_requests",
-            "WHIP requests, by method and status.",
-            ["method", "status"],
-            registry=r,
-        )
-        self.offers_refused = Counter(
-            "rtcedge_transceiver_offers_refused",
-            "WHIP offers refused before any WebRTC state is made, by reason: over --max-sdp-bytes"
-            " (too_large, 413), not UTF-8, over a limit of transceiver.signaling.offer.OfferLimits"
-            " (m_lines, rtpmap_lines, fmtp_lines, section_lines, lines), or invalid (400).",
-            ["reason"],
-            registry=r,
-        )
-        for reason in OFFER_REFUSAL_REASONS:
-            self.offers_refused.labels(reason)
+        for attribute, declared in vars(TransceiverMetrics).items():
+            if isinstance(declared, Declared):
+                setattr(self, attribute, declared.make(r))
 
         self.tallies = {
             name: Tally(counter.labels(direction))

@@ -12,14 +12,10 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from bench.webrtc_client import opus_tone_packets
 from transceiver.backend import OPUS, PCM16, OpusFrame
-from transceiver.call.inbound import (
-    FOREIGN,
-    UNDECODABLE,
-    InboundAudio,
-    InlineAudioReceiver,
-    install,
-)
+from transceiver.call.inbound import FOREIGN, UNDECODABLE, InboundAudio
 from transceiver.call.opus import packet_samples
+from transceiver.call.seam import InlineAudioReceiver
+from transceiver.call.seam import install_receiver as install
 
 TONE = opus_tone_packets(440)
 
@@ -122,7 +118,7 @@ def test_install_swaps_the_audio_receiver_alone_and_refuses_twice():
             path = InboundAudio(PCM16, on_pcm=lambda pcm: None)
             assert install(callee, path) == 1
             receiver = callee.getTransceivers()[0].receiver
-            assert type(receiver) is InlineAudioReceiver and receiver._inbound is path
+            assert type(receiver) is InlineAudioReceiver and receiver.inbound is path
             assert type(RTCPeerConnection) is type  # nothing global changed:
             assert RTCRtpReceiver._handle_rtp_packet is not InlineAudioReceiver._handle_rtp_packet
             with pytest.raises(RuntimeError, match=r"not supported|expected aiortc"):

@@ -19,14 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.rtcconfiguration import RTCBundlePolicy
+from aiortc import (
+    RTCBundlePolicy,
+    RTCCertificate,
+    RTCConfiguration,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 
 from common.addr import Addr
 from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
-from transceiver.call import inbound, outbound, sctp
-from transceiver.call.certificate import use_certificate
-from transceiver.call.ice import SharedSocketConnection, install
+from transceiver.call import inbound, outbound, sctp, seam
+from transceiver.call.ice import SharedSocketConnection
 from transceiver.call.lifecycle import Lifecycle, Limits, State
 from transceiver.call.outbound_track import BackendAudioTrack
 from transceiver.call.ssrc import SsrcLatch, offered_ssrcs
@@ -89,7 +93,7 @@ class Session:
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
         if context.certificate is not None:
-            use_certificate(self.pc, context.certificate())
+            seam.use_certificate(self.pc, context.certificate())
         self.ice = SharedSocketConnection(
             ufrag,
             password,
@@ -129,14 +133,14 @@ class Session:
         self.ssrcs = SsrcLatch(offered_ssrcs(offer_sdp))
         _receive_audio_only(pc)
         if pc.sctp is not None:  # before the answer: it advertises our max-message-size
-            sctp.install(
+            seam.install_sctp(
                 pc.sctp, self._context.sctp_limits, self._on_sctp_limit, self._on_sctp_drop
             )
-        install(pc, self.ice)
+        seam.install_ice(pc, self.ice)
         pc.addTrack(self.out_track)
         send, ufrag = self._context.send, self.ufrag
         # SRTP along the path ICE proved (none yet: the media socket drops and counts it).
-        outbound.install(
+        seam.install_sender(
             pc, self.out_track, self._context.audio_clock, lambda d: send(ufrag, d, None)
         )
         self.metadata = dict(metadata)
@@ -148,7 +152,7 @@ class Session:
         self.backend.attach_playout(self.out_track.queued_frames)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
-        self._connect_task = _connect_task_of(pc)
+        self._connect_task = seam.connect_task_of(pc)
         self.lifecycle.start_connecting(time.monotonic())
         return pc.localDescription.sdp
 
@@ -164,7 +168,7 @@ class Session:
         path = inbound.InboundAudio(
             audio_format, self._on_pcm_in, self._on_opus_in, self._on_jitter_event
         )
-        inbound.install(self.pc, path)
+        seam.install_receiver(self.pc, path)
 
     def _emit_audio(self, data: bytes) -> None:
         """The backend's audio sink: PCM (pcm16) or one Opus packet (opus) toward the caller."""
@@ -323,20 +327,20 @@ class Session:
 
     def _take_rtp_directly(self) -> None:
         """SRTP is up: every inbound packet passes the call's SSRC latch first
-        (``inbound.latch_srtp``), and inbound RTP skips aiortc's DTLS queue
+        (``seam.latch_srtp``), and inbound RTP skips aiortc's DTLS queue
         (``inbound.direct_rtp``)."""
         transceivers = self.pc.getTransceivers()
         if not transceivers:
             return
-        # BUNDLE (transceiver.call.ice.install): one DTLS transport carries every m-line.
-        srtp = inbound.latch_srtp(
+        # BUNDLE (seam.install_ice): one DTLS transport carries every m-line.
+        srtp = seam.latch_srtp(
             transceivers[0].receiver.transport, self.ssrcs, self._metrics.foreign_ssrc.inc
         )
         if srtp is None:
             return
         for transceiver in transceivers:
             receiver = transceiver.receiver
-            if isinstance(receiver, inbound.InlineAudioReceiver):
+            if isinstance(receiver, seam.InlineAudioReceiver):
                 self.ice.rtp_sink = inbound.direct_rtp(receiver, srtp)
                 return
 
@@ -388,20 +392,6 @@ def _receive_audio_only(pc: RTCPeerConnection) -> None:
     for transceiver in pc.getTransceivers():
         if transceiver.kind != "audio":
             transceiver.direction = "inactive"
-
-
-def _connect_task_of(pc: RTCPeerConnection) -> asyncio.Task[Any] | None:
-    """The task aiortc just started to connect ``pc`` (it does not keep a handle on it)."""
-    for task in asyncio.all_tasks():
-        coro = task.get_coro()
-        frame = getattr(coro, "cr_frame", None)
-        if (
-            getattr(coro, "__qualname__", "") == "RTCPeerConnection.__connect"
-            and frame is not None
-            and frame.f_locals.get("self") is pc
-        ):
-            return task
-    return None
 
 
 async def _quietly(aw: Any) -> None:

@@ -9,6 +9,28 @@ through our jitter buffer to libopus decoding to mono (``transceiver.call.opus``
 20 ms) or, for a backend that takes Opus, to the backend as it is: no thread, no queue, no task
 per packet.
 
+A caller's audio packet, once the call is connected (each step a plain call, none through the
+session):
+
+1. ``transceiver.socket.media`` (the socket's callback) -> ``transceiver.socket.classify`` and
+   ``demux``: the call it belongs to;
+2. ``SharedSocketConnection.datagram_received`` (``transceiver.call.ice``): RTP to its
+   ``rtp_sink``, the direct path below, instead of aiortc's queue;
+3. ``direct_rtp``'s sink: the SSRC latch, SRTP unprotect, the header read
+   (``transceiver.call.rtpview``);
+4. ``InlineAudioReceiver.handle_rtp`` (``transceiver.call.seam``): aiortc's receiver statistics
+   (its RTCP receiver reports), the codec check;
+5. ``InboundAudio.push``: the jitter buffer, then libopus decoding (``pcm16``) or the TOC check
+   (``opus``);
+6. ``BackendInlet.frame``: counted, the call marked as heard, then the backend session's
+   ``audio_in`` or ``opus_in``.
+
+The session wires it once: ``InboundAudio`` and its ``BackendInlet`` when the backend has
+chosen its format (``Session.answer``, before the answer: aiortc's own path may deliver the
+first packets), the direct path when DTLS connects (``rtp_sink``, with the SRTP session that
+exists only then). Only what is rare goes back to the session: a backend that raised, the first
+frame (the connect report), the jitter buffer's events.
+
 The aiortc side (``InlineAudioReceiver``, ``latch_srtp``) is in ``transceiver.call.seam``, with
 the private state it uses, checked at start. Every inbound SRTP and SRTCP packet of a call
 passes the call's SSRC latch (``transceiver.call.ssrc``) before libsrtp sees it: ``latch_srtp``
@@ -21,12 +43,14 @@ not read it).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pylibsrtp
 
-from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
+from transceiver.backend import FRAME_BYTES, OPUS, PCM16, BackendSession, OpusFrame
 from transceiver.call.jitter import AudioJitterBuffer
 from transceiver.call.opus import Decoder, OpusError, packet_samples
 from transceiver.call.rtpview import parse as parse_rtp
@@ -34,6 +58,8 @@ from transceiver.call.ssrc import SsrcLatch
 
 if TYPE_CHECKING:
     from transceiver.call.seam import InlineAudioReceiver
+
+log = logging.getLogger("rtcedge.transceiver")
 
 OPUS_MIME = "audio/opus"
 # Events counted beside the jitter buffer's (transceiver.call.jitter.EVENTS).
@@ -107,6 +133,63 @@ class InboundAudio:
         for i in range(0, whole, FRAME_BYTES):
             self._on_pcm(data[i : i + FRAME_BYTES])  # type: ignore[misc]
         self._pending = data[whole:]
+
+
+class BackendInlet:
+    """The end of a call's inbound audio: each frame counted, the call marked as heard, and
+    handed to the backend session, straight from ``InboundAudio`` (its ``on_pcm`` or
+    ``on_opus``). Wired once by the session (``Session.answer``) with what it used to do per
+    frame itself; what is rare goes back to it: the first frame (``on_first``: the connect
+    report) and a backend that raised (``on_failure``, logged here).
+    """
+
+    __slots__ = (
+        "_call_id",
+        "_clock",
+        "_count",
+        "_deliver",
+        "_heard",
+        "_method",
+        "_on_failure",
+        "_on_first",
+        "frames",
+    )
+
+    def __init__(
+        self,
+        call_id: str,
+        backend: BackendSession,
+        audio_format: str,
+        count: Callable[[], None],
+        heard: Callable[[float], None],
+        on_first: Callable[[], None],
+        on_failure: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``count``: the process's frames-in tally; ``heard(now)``: the lifecycle's
+        ``audio_received`` (its idle deadline, the connect breakdown)."""
+        self._call_id = call_id
+        self._method = "opus_in" if audio_format == OPUS else "audio_in"
+        self._deliver: Callable[[Any], None] = getattr(backend, self._method)
+        self._count = count
+        self._heard = heard
+        self._on_first = on_first
+        self._on_failure = on_failure
+        self._clock = clock
+        self.frames = 0
+
+    def frame(self, frame: bytes | OpusFrame) -> None:
+        """Hot path, per frame: a 20 ms PCM frame (pcm16) or a caller's packet (opus)."""
+        self.frames += 1
+        self._count()
+        self._heard(self._clock())
+        if self.frames == 1:
+            self._on_first()
+        try:
+            self._deliver(frame)
+        except Exception:  # the media path must go on; a backend that raises is broken
+            log.exception("session %s: the backend's %s failed", self._call_id, self._method)
+            self._on_failure(f"{self._method} raised")
 
 
 class ForeignSsrc(pylibsrtp.Error):

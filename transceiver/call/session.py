@@ -28,7 +28,7 @@ from aiortc import (
 )
 
 from common.addr import Addr
-from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
+from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, SessionInfo
 from transceiver.call import inbound, outbound, sctp, seam
 from transceiver.call.ice import SharedSocketConnection
 from transceiver.call.lifecycle import Lifecycle, Limits, State
@@ -111,7 +111,7 @@ class Session:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connect_task: asyncio.Task[Any] | None = None
         self.closed = asyncio.Event()
-        self.frames_in = 0
+        self._inlet: inbound.BackendInlet | None = None  # inbound audio's end (_wire_audio)
         # The SSRCs the caller's SRTP may use (the offer's, then the first to authenticate).
         self.ssrcs = SsrcLatch()
         self._connect_reported = False
@@ -157,7 +157,12 @@ class Session:
         return pc.localDescription.sdp
 
     def _wire_audio(self, backend: BackendSession) -> None:
-        """Inbound and outbound audio in the format the backend chose for this session."""
+        """Inbound and outbound audio in the format the backend chose for this session.
+
+        Inbound, once and for the whole call: the receiver's packets go through
+        ``InboundAudio`` straight to the backend (``inbound.BackendInlet``), never back through
+        the session (the way, step by step: ``transceiver.call.inbound``); the direct path in
+        front of it is wired when DTLS connects (``_take_rtp_directly``)."""
         audio_format = getattr(backend, "audio_format", None)
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(
@@ -165,10 +170,22 @@ class Session:
             )
         self.audio_format = audio_format
         self.out_track.set_format(audio_format)
-        path = inbound.InboundAudio(
-            audio_format, self._on_pcm_in, self._on_opus_in, self._on_jitter_event
+        self._inlet = inlet = inbound.BackendInlet(
+            self.id,
+            backend,
+            audio_format,
+            count=self._metrics.audio_frames_in.inc,
+            heard=self.lifecycle.audio_received,
+            on_first=self._first_audio_in,
+            on_failure=self._on_backend_failure,
         )
+        path = inbound.InboundAudio(audio_format, inlet.frame, inlet.frame, self._on_jitter_event)
         seam.install_receiver(self.pc, path)
+
+    @property
+    def frames_in(self) -> int:
+        """The caller's audio frames handed to the backend."""
+        return self._inlet.frames if self._inlet is not None else 0
 
     def _emit_audio(self, data: bytes) -> None:
         """The backend's audio sink: PCM (pcm16) or one Opus packet (opus) toward the caller."""
@@ -177,11 +194,10 @@ class Session:
         else:
             self.out_track.push(data)
 
-    def _audio_arrived(self) -> None:
-        self.frames_in += 1
-        self._metrics.audio_frames_in.inc()
-        self.lifecycle.audio_received(time.monotonic())
-        if not self._connect_reported and self.lifecycle.first_audio_out_at is not None:
+    def _first_audio_in(self) -> None:
+        """The caller's first frame reached the backend: the connect breakdown, if audio
+        already went toward the caller (else ``_audio_sent`` reports it)."""
+        if self.lifecycle.first_audio_out_at is not None:
             self._report_connect()
 
     def _audio_sent(self) -> None:
@@ -206,26 +222,6 @@ class Session:
             self.id,
             " ".join(f"{phase}={seconds * 1000:.1f}ms" for phase, seconds in phases.items()),
         )
-
-    def _on_pcm_in(self, pcm: bytes) -> None:
-        """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
-        self._audio_arrived()
-        if self.backend is not None:
-            try:
-                self.backend.audio_in(pcm)
-            except Exception:  # the media path must go on; a backend that raises is broken
-                log.exception("session %s: the backend's audio_in failed", self.id)
-                self._on_backend_failure("audio_in raised")
-
-    def _on_opus_in(self, frame: OpusFrame) -> None:
-        """A packet of the caller's, untouched (opus); on the event loop, per packet."""
-        self._audio_arrived()
-        if self.backend is not None:
-            try:
-                self.backend.opus_in(frame)
-            except Exception:
-                log.exception("session %s: the backend's opus_in failed", self.id)
-                self._on_backend_failure("opus_in raised")
 
     def _on_jitter_event(self, event: str, count: int) -> None:
         self._metrics.jitter_events.labels(event).inc(count)

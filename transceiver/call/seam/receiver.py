@@ -18,6 +18,7 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
 from transceiver.call.inbound import FOREIGN, OPUS_MIME, LatchedSrtp
 from transceiver.call.jitter import AudioJitterBuffer
+from transceiver.call.seam.guard import check_instance, unsupported
 from transceiver.call.ssrc import SsrcLatch
 
 # aiortc 1.x's RTCRtpReceiver state that InlineAudioReceiver reads or sets, with the type each
@@ -131,21 +132,14 @@ def install_receiver(pc: Any, inbound: Inbound) -> int:
 
 
 def _check_receiver(receiver: Any) -> None:
-    if type(receiver) is not RTCRtpReceiver:
-        raise RuntimeError(f"expected aiortc's RTCRtpReceiver, found {type(receiver).__name__}")
+    check_instance(receiver, RTCRtpReceiver, ())
     missing = _missing_private(receiver)
     if missing:
-        raise RuntimeError(
-            f"aiortc's RTCRtpReceiver has no {missing} where transceiver.call.seam expects it; "
-            "this aiortc is not supported"
-        )
+        raise unsupported("RTCRtpReceiver", [missing])
     dtls = receiver._RTCRtpReceiver__transport
     missing_dtls = [name for name in DTLS_PRIVATE if not hasattr(dtls, name)]
     if missing_dtls:
-        raise RuntimeError(
-            f"aiortc's RTCDtlsTransport has no {', '.join(missing_dtls)} where "
-            "transceiver.call.seam expects it; this aiortc is not supported"
-        )
+        raise unsupported("RTCDtlsTransport", missing_dtls)
 
 
 def _missing_private(receiver: Any) -> str | None:
@@ -196,10 +190,7 @@ def install_jitter_buffer(pc: Any, on_event: Callable[[str, int], None] | None =
             continue
         receiver = transceiver.receiver
         if not isinstance(getattr(receiver, JITTER_BUFFER, None), JitterBuffer):
-            raise RuntimeError(
-                "aiortc's RTCRtpReceiver no longer holds a JitterBuffer where "
-                "transceiver.call.seam expects it; this aiortc is not supported"
-            )
+            raise unsupported("RTCRtpReceiver", [f"{JITTER_BUFFER} (a JitterBuffer)"])
         setattr(receiver, JITTER_BUFFER, StockReceiverBuffer(on_event=on_event))
         installed += 1
     return installed

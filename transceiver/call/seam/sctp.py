@@ -38,6 +38,7 @@ from transceiver.call.sctp import (
     TsnGaps,
     clip_gap_blocks,
 )
+from transceiver.call.seam.guard import check_instance
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -300,14 +301,7 @@ def install_sctp(
     before the answer is made (it advertises our max-message-size) and the association starts.
     ``on_limit(why)``: the caller went over a cap (end the session); ``on_drop(reason, n)``:
     count."""
-    if type(sctp) is not RTCSctpTransport:
-        raise RuntimeError(f"expected aiortc's RTCSctpTransport, found {type(sctp).__name__}")
-    missing = [name for name in ATTRIBUTES if not hasattr(sctp, name)]
-    if missing:
-        raise RuntimeError(
-            f"aiortc's RTCSctpTransport has no {', '.join(missing)} where transceiver.call.seam "
-            "expects it; this aiortc is not supported"
-        )
+    check_instance(sctp, RTCSctpTransport, ATTRIBUTES)
     if sctp._last_received_tsn is not None or sctp._inbound_streams:
         raise RuntimeError("install_sctp() must run before the association starts")
     sctp.__class__ = BoundedSctpTransport

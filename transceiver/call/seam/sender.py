@@ -21,6 +21,7 @@ from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc.rtp import RtpPacket
 
 from transceiver.call.outbound import AudioClock, Track, ntp_now
+from transceiver.call.seam.guard import check_instance
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -161,7 +162,7 @@ def install_sender(
     for sender in pc.getSenders():
         if sender.track is not track:
             continue
-        _check_sender(sender)
+        check_instance(sender, RTCRtpSender, PRIVATE)
         sender.__class__ = InlineAudioSender
         sender._clock = audio_clock
         sender._direct_track = track
@@ -169,17 +170,6 @@ def install_sender(
         sender.direct = None
         installed += 1
     return installed
-
-
-def _check_sender(sender: Any) -> None:
-    if type(sender) is not RTCRtpSender:
-        raise RuntimeError(f"expected aiortc's RTCRtpSender, found {type(sender).__name__}")
-    missing = [name for name in PRIVATE if not hasattr(sender, name)]
-    if missing:
-        raise RuntimeError(
-            f"aiortc's RTCRtpSender has no {', '.join(missing)} where transceiver.call.seam "
-            "expects it; this aiortc is not supported"
-        )
 
 
 def check_sender(dtls: Any) -> list[str]:

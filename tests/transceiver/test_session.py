@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from aiortc.rtp import RtpPacket
 
-from bench.webrtc_client import opus_tone_packets
+from testbed.callers import opus_tone_packets
 from tests.support.waits import run
 from tests.support.whip import make_offer
 from transceiver.backend import Backend, BackendSession, SessionInfo

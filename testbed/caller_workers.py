@@ -38,9 +38,10 @@ def _no_decoder_thread(pc: Any) -> None:
     (``transceiver.call.inbound``) stands in; call after ``setRemoteDescription``,
     before connected."""
     from transceiver.backend import OPUS
-    from transceiver.call.inbound import InboundAudio, install
+    from transceiver.call.inbound import InboundAudio
+    from transceiver.call.seam import install_receiver
 
-    install(pc, InboundAudio(OPUS, on_opus=lambda frame: None))
+    install_receiver(pc, InboundAudio(OPUS, on_opus=lambda frame: None))
 
 
 def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
@@ -52,16 +53,10 @@ def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
     packets reach the transceiver spread over the 20 ms as independent callers' do, not ten at
     once (which would flatter its CPU per packet). Packets go to the ICE pair aioice nominated,
     as aiortc's would. Call after ``addTrack``."""
-    from transceiver.call.outbound import install
+    from transceiver.call.seam import install_sender, send_on_nominated_pair
 
     sender = next(s for s in pc.getSenders() if s.track is tone)
-
-    def send(data: bytes) -> None:
-        pair = sender.transport.transport._connection._nominated.get(1)
-        if pair is not None:
-            pair.protocol.transport.sendto(data, pair.remote_addr)
-
-    install(pc, tone, audio_clock, send)
+    install_sender(pc, tone, audio_clock, send_on_nominated_pair(sender))
 
 
 class _EchoInbound:
@@ -86,7 +81,8 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     ``EchoCounter`` (``transceiver.call.inbound.direct_rtp``), not through aiortc's queue and DTLS
     receive task; RTCP and DTLS still take aiortc's way. None if the call has no audio
     receiver made light (``_no_decoder_thread``)."""
-    from transceiver.call.inbound import InlineAudioReceiver, direct_rtp, latch_srtp
+    from transceiver.call.inbound import direct_rtp
+    from transceiver.call.seam import InlineAudioReceiver, divert_rtp, latch_srtp
     from transceiver.call.ssrc import SsrcLatch
 
     for transceiver in pc.getTransceivers():
@@ -96,20 +92,12 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     else:
         return None
     inbound = _EchoInbound(echo)
-    receiver._inbound = inbound  # type: ignore[assignment]
+    receiver.inbound = inbound
     dtls = receiver.transport
     srtp = latch_srtp(dtls, SsrcLatch(), lambda: None)  # the transceiver's one SSRC
     if srtp is None:
         return None
-    sink = direct_rtp(receiver, srtp)
-    connection = dtls.transport._connection
-    aioice_data_received = connection.data_received
-
-    def data_received(data: bytes, component: int) -> None:
-        if not (127 < data[0] < 192 and sink(data)):
-            aioice_data_received(data, component)
-
-    connection.data_received = data_received
+    divert_rtp(dtls, direct_rtp(receiver, srtp))
     return inbound
 
 
@@ -128,7 +116,7 @@ class EchoCall:
         from aiortc import RTCConfiguration, RTCPeerConnection
 
         from testbed.callers import EchoCounter, OpusToneTrack
-        from transceiver.call.certificate import use_certificate
+        from transceiver.call.seam import use_certificate
 
         self.id = call_id
         self.hz = hz
@@ -353,7 +341,7 @@ class CallerWorker:
         certificate = None
         if cmd.get("light", False):
             if self._certificate is None:
-                from transceiver.call.certificate import SharedCertificate
+                from transceiver.call.seam import SharedCertificate
 
                 self._certificate = SharedCertificate.generateCertificate()
             certificate = self._certificate

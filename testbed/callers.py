@@ -35,7 +35,7 @@ from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 
-from transceiver.call import ice, jitter
+from transceiver.call import seam
 from transceiver.migration import MIGRATE_EVENT
 from transceiver.ownership import RESUME_HEADER
 
@@ -51,14 +51,9 @@ def loopback_only() -> None:
 
 def prompt_ice(pc: RTCPeerConnection) -> None:
     """This caller's ICE connected as soon as its check list completes, as a browser's is,
-    instead of at the next tick of aioice's 20 ms check timer (``transceiver.call.ice.prompt``).
+    instead of at the next tick of aioice's 20 ms check timer (``transceiver.call.seam``).
     Call after ``setLocalDescription`` (its ICE transports exist) and before the answer."""
-    transports = {t.receiver.transport.transport for t in pc.getTransceivers()}
-    if pc.sctp is not None:
-        transports.add(pc.sctp.transport.transport)
-    for transport in transports:
-        if not isinstance(transport.iceGatherer._connection, ice.PromptConnection):
-            ice.prompt(transport.iceGatherer._connection)
+    seam.prompt_ice(pc)
 
 
 class ToneTrack(MediaStreamTrack):
@@ -368,7 +363,7 @@ class EchoCaller:
             self._relay.subscribe(self._tone, buffered=False) if self._relay else self._tone
         )
         if not self._stock_jitter_buffer:
-            jitter.install(pc)
+            seam.install_jitter_buffer(pc)
         own = self._heard[pc] = EchoTimes()
         pc.on("track", lambda track: self.echo.listen(track, (own,), lambda: self.pc is pc))
         if self._events:

@@ -24,13 +24,11 @@ from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
-from transceiver.call import opus
+from transceiver.call import opus, seam
 from transceiver.call.certificate import CertificateHolder
-from transceiver.call.ice import check_versions
 from transceiver.call.lifecycle import State
 from transceiver.call.outbound import AudioClock
 from transceiver.call.outbound_track import silent_packet
-from transceiver.call.sctp import check_aiortc as check_sctp
 from transceiver.call.session import Session, SessionContext
 from transceiver.config import TransceiverConfig
 from transceiver.headroom import TICK_S, WINDOW_S, Headroom, Refusal
@@ -60,8 +58,7 @@ def warm_up() -> None:
 
 class TransceiverServer:
     def __init__(self, config: TransceiverConfig, backend: Backend | None = None) -> None:
-        check_versions()
-        check_sctp()
+        seam.check()  # the aiortc/aioice internals the calls rely on (transceiver.call.seam)
         self.config = config.validate()
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
         url = config.backend_url if config.backend == "websocket" else None

@@ -12,8 +12,8 @@ import aiohttp
 from testbed.caller_workers import EchoCall
 from testbed.callers import DELAY_LEVELS, OpusToneTrack, opus_tone_packets
 from tests.support.inprocess import direct_config, running
-from transceiver.call.certificate import SharedCertificate
-from transceiver.call.outbound import AudioClock, InlineAudioSender
+from transceiver.call.outbound import AudioClock
+from transceiver.call.seam import InlineAudioSender, SharedCertificate
 
 HZ = 440
 

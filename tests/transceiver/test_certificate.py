@@ -15,7 +15,8 @@ from tests.support.inprocess import direct_config, running
 from tests.support.waits import run
 from tests.support.whip import make_offer
 from tests.transceiver.test_session import PASSWORD, SESSION_ID, UFRAG, Host
-from transceiver.call.certificate import CertificateHolder, SharedCertificate, use_certificate
+from transceiver.call.certificate import CertificateHolder
+from transceiver.call.seam import SharedCertificate, use_certificate
 from transceiver.call.session import Session
 
 DAY = 24 * 3600.0

@@ -13,8 +13,9 @@ from aioice.ice import CandidatePair
 
 from common import stun
 from tests.support.waits import run
-from transceiver.call import ice
-from transceiver.call.ice import SharedSocketConnection, check_versions
+from transceiver.call import seam
+from transceiver.call.ice import SharedSocketConnection
+from transceiver.call.seam import check_versions
 
 UFRAG, PASSWORD = "ufragA", "passwordA0123456789abcdef"  # ice-chars, as the server makes
 ADVERTISED = ("203.0.113.5", 3478)  # the relay's public address
@@ -230,7 +231,7 @@ def test_forget_address_drops_its_pairs_and_candidate_but_never_the_selected_one
 def test_an_unverified_aiortc_or_aioice_fails_at_start(module, monkeypatch):
     check_versions()  # the installed ones are verified
     name = module.__name__
-    low, high = ice.VERIFIED_AIORTC if name == "aiortc" else ice.VERIFIED_AIOICE
+    low, high = seam.VERIFIED_AIORTC if name == "aiortc" else seam.VERIFIED_AIOICE
     for version in (f"{high[0]}.{high[1] + 1}.0", f"{low[0]}.{low[1] - 1}.9"):
         monkeypatch.setattr(module, "__version__", version)
         with pytest.raises(RuntimeError, match=f"{name} {version} is outside the verified range"):
@@ -353,7 +354,7 @@ def test_closing_before_completion_fails_connect_as_aioice_does():
 
 def test_prompt_turns_a_plain_aioice_connection_into_one_that_connects_at_completion():
     plain = aioice.Connection(ice_controlling=True)
-    ice.prompt(plain)
-    assert isinstance(plain, ice.PromptConnection) and plain._completed is None
+    seam.prompt(plain)
+    assert isinstance(plain, seam.PromptConnection) and plain._completed is None
     with pytest.raises(TypeError):
-        ice.prompt(plain)  # already one
+        seam.prompt(plain)  # already one

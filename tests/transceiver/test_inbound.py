@@ -12,14 +12,10 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16, OpusFrame
-from transceiver.call.inbound import (
-    FOREIGN,
-    UNDECODABLE,
-    InboundAudio,
-    InlineAudioReceiver,
-    install,
-)
+from transceiver.call.inbound import FOREIGN, UNDECODABLE, BackendInlet, InboundAudio
 from transceiver.call.opus import packet_samples
+from transceiver.call.seam import InlineAudioReceiver
+from transceiver.call.seam import install_receiver as install
 
 TONE = opus_tone_packets(440)
 
@@ -122,7 +118,7 @@ def test_install_swaps_the_audio_receiver_alone_and_refuses_twice():
             path = InboundAudio(PCM16, on_pcm=lambda pcm: None)
             assert install(callee, path) == 1
             receiver = callee.getTransceivers()[0].receiver
-            assert type(receiver) is InlineAudioReceiver and receiver._inbound is path
+            assert type(receiver) is InlineAudioReceiver and receiver.inbound is path
             assert type(RTCPeerConnection) is type  # nothing global changed:
             assert RTCRtpReceiver._handle_rtp_packet is not InlineAudioReceiver._handle_rtp_packet
             with pytest.raises(RuntimeError, match=r"not supported|expected aiortc"):
@@ -172,3 +168,63 @@ def test_foreign_payload_type_constant_is_counted_apart():
     path.drop(FOREIGN)
     assert path.dropped[FOREIGN] == 1
     assert path.dropped[UNDECODABLE] == 0
+
+
+class Backend:
+    """A backend session's audio doors, remembering what came in; ``audio_in`` may raise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.pcm: list[bytes] = []
+        self.opus: list[OpusFrame] = []
+        self.fail = fail
+
+    def audio_in(self, pcm: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("broken backend")
+        self.pcm.append(pcm)
+
+    def opus_in(self, frame: OpusFrame) -> None:
+        self.opus.append(frame)
+
+
+def inlet(backend: Backend, audio_format: str, seen: dict[str, list]) -> BackendInlet:
+    return BackendInlet(
+        "call-1",
+        backend,  # type: ignore[arg-type]
+        audio_format,
+        count=lambda: seen["counted"].append(1),
+        heard=seen["heard"].append,
+        on_first=lambda: seen["first"].append(1),
+        on_failure=seen["failed"].append,
+        clock=lambda: 42.0,
+    )
+
+
+def test_decoded_frames_go_straight_to_the_backend_counted_and_heard():
+    backend, seen = Backend(), {"counted": [], "heard": [], "first": [], "failed": []}
+    end = inlet(backend, PCM16, seen)
+    path = InboundAudio(PCM16, on_pcm=end.frame, on_opus=end.frame)
+    for p in packets(TONE[:5]):
+        path.push(p)
+    assert len(backend.pcm) == 5 == end.frames and {len(f) for f in backend.pcm} == {1920}
+    assert len(seen["counted"]) == 5 and seen["heard"] == [42.0] * 5
+    assert seen["first"] == [1], "the first frame only"
+    assert not seen["failed"] and not backend.opus
+
+
+def test_opus_packets_go_to_the_backend_s_opus_door():
+    backend, seen = Backend(), {"counted": [], "heard": [], "first": [], "failed": []}
+    end = inlet(backend, OPUS, seen)
+    path = InboundAudio(OPUS, on_pcm=end.frame, on_opus=end.frame)
+    for p in packets(TONE[:3]):
+        path.push(p)
+    assert [f.payload for f in backend.opus] == TONE[:3] and not backend.pcm
+
+
+def test_a_backend_that_raises_is_reported_and_the_path_goes_on(caplog):
+    backend, seen = Backend(fail=True), {"counted": [], "heard": [], "first": [], "failed": []}
+    end = inlet(backend, PCM16, seen)
+    end.frame(bytes(1920))
+    end.frame(bytes(1920))
+    assert seen["failed"] == ["audio_in raised"] * 2 and end.frames == 2
+    assert "session call-1: the backend's audio_in failed" in caplog.text

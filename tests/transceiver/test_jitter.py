@@ -11,7 +11,9 @@ from aiortc.rtp import RtpPacket
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transceiver.call.jitter import AudioJitterBuffer, install
+from transceiver.call.jitter import AudioJitterBuffer
+from transceiver.call.seam import StockReceiverBuffer
+from transceiver.call.seam import install_jitter_buffer as install
 
 
 def packet(seq: int) -> RtpPacket:
@@ -21,10 +23,20 @@ def packet(seq: int) -> RtpPacket:
 
 
 def feed(buffer, seqs) -> list[int | None]:
-    """What each add released: the sequence number carried in the frame, or None."""
+    """What each push released: the sequence number carried in the packet, or None."""
     out = []
     for seq in seqs:
-        _, frame = buffer.add(packet(seq))
+        released = buffer.push(packet(seq))
+        out.append(None if released is None else int.from_bytes(released._data, "big", signed=True))
+    return out
+
+
+def feed_stock(buffer: StockReceiverBuffer, seqs) -> list[int | None]:
+    """``feed`` through aiortc's ``add``, as a stock receiver calls it."""
+    out = []
+    for seq in seqs:
+        pli, frame = buffer.add(packet(seq))
+        assert pli is False
         out.append(None if frame is None else int.from_bytes(frame.data, "big", signed=True))
     return out
 
@@ -113,10 +125,10 @@ def test_arbitrary_sequences_stay_bounded_and_never_repeat_a_recent_frame(seqs):
     buffer = AudioJitterBuffer()
     recent: list[int] = []
     for seq in seqs:
-        _, frame = buffer.add(packet(seq))
+        out = buffer.push(packet(seq))
         assert len(buffer._waiting) <= max(buffer.hole_wait, buffer.max_backlog + 1)
-        if frame is not None:
-            released = int.from_bytes(frame.data, "big", signed=True) & 0xFFFF
+        if out is not None:
+            released = int.from_bytes(out._data, "big", signed=True) & 0xFFFF
             assert released not in recent[-50:] or buffer.counts["resync"]
             recent.append(released)
 
@@ -133,7 +145,10 @@ def test_install_replaces_the_audio_receivers_buffer():
         try:
             assert install(callee) == 1
             receiver = callee.getTransceivers()[0].receiver
-            assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, AudioJitterBuffer)
+            buffer = receiver._RTCRtpReceiver__jitter_buffer
+            assert isinstance(buffer, AudioJitterBuffer)
+            # In aiortc's interface: (picture loss, a frame of the released packet's _data).
+            assert feed_stock(buffer, [7, 8]) == [7, 8]
             with pytest.raises(RuntimeError, match="not supported"):
                 install(callee)  # what it would find on an aiortc that moved the attribute
         finally:

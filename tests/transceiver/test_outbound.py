@@ -23,16 +23,12 @@ from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
 from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16
-from transceiver.call.inbound import (
-    UNPROTECT_FAILED,
-    InboundAudio,
-    InlineAudioReceiver,
-    direct_rtp,
-    latch_srtp,
-)
-from transceiver.call.inbound import install as install_inbound
-from transceiver.call.outbound import AudioClock, DirectSender, InlineAudioSender, install, ntp_now
+from transceiver.call.inbound import UNPROTECT_FAILED, InboundAudio, direct_rtp
+from transceiver.call.outbound import AudioClock, ntp_now
 from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack, silent_packet
+from transceiver.call.seam import DirectSender, InlineAudioReceiver, InlineAudioSender, latch_srtp
+from transceiver.call.seam import install_receiver as install_inbound
+from transceiver.call.seam import install_sender as install
 from transceiver.call.ssrc import SsrcLatch
 
 TONE = opus_tone_packets(440)

@@ -14,7 +14,7 @@ from common.config import ConfigError
 from tests.support.inprocess import direct_config
 from tests.support.waits import run
 from tests.support.whip import make_offer, sdp_value
-from transceiver.call import sctp
+from transceiver.call import sctp, seam
 from transceiver.call.sctp import (
     ACCEPT,
     BEYOND_WINDOW,
@@ -164,8 +164,8 @@ def test_the_answer_advertises_the_message_size_we_accept():
     async def go() -> str:
         pc = RTCPeerConnection()
         await pc.setRemoteDescription(RTCSessionDescription(await make_offer(), "offer"))
-        sctp.install(pc.sctp, SctpLimits(), lambda why: None, lambda reason, n: None)
-        assert isinstance(pc.sctp, sctp.BoundedSctpTransport)
+        seam.install_sctp(pc.sctp, SctpLimits(), lambda why: None, lambda reason, n: None)
+        assert isinstance(pc.sctp, seam.BoundedSctpTransport)
         assert pc.sctp._advertised_rwnd == SctpLimits().receive_window_bytes
         await pc.setLocalDescription(await pc.createAnswer())
         answer = pc.localDescription.sdp
@@ -180,8 +180,8 @@ def test_install_refuses_a_transport_it_does_not_know():
         pass
 
     with pytest.raises(RuntimeError, match="expected aiortc's RTCSctpTransport"):
-        sctp.install(Other.__new__(Other), SctpLimits(), print, print)
-    sctp.check_aiortc()  # this aiortc has what the module uses
+        seam.install_sctp(Other.__new__(Other), SctpLimits(), print, print)
+    seam.check()  # this aiortc has what the seam uses
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def transport():  # type: ignore[no-untyped-def]
     t = RTCSctpTransport(_Dtls())  # type: ignore[arg-type]
     ended: list[str] = []
     drops: dict[str, int] = {}
-    sctp.install(
+    seam.install_sctp(
         t, SctpLimits(), ended.append, lambda r, n: drops.__setitem__(r, drops.get(r, 0) + n)
     )
     t._last_received_tsn = 999
@@ -302,4 +302,4 @@ def test_a_sack_of_made_up_gap_blocks_is_reduced_to_nothing():
 def test_an_aiortc_without_what_is_used_fails_at_start(monkeypatch):
     monkeypatch.delattr(RTCSctpTransport, "_send_sack")
     with pytest.raises(RuntimeError, match="_send_sack"):
-        sctp.check_aiortc()
+        seam.check()

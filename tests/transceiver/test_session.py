@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from aiortc.rtp import RtpPacket
+
+from testbed.callers import opus_tone_packets
 from tests.support.waits import run
 from tests.support.whip import make_offer
 from transceiver.backend import Backend, BackendSession, SessionInfo
@@ -69,6 +72,28 @@ def test_a_session_answers_with_the_relay_s_candidate_and_opens_its_backend():
         session.end("deleted")
         await session.closed.wait()
         assert host.closed == [(SESSION_ID, "deleted")]
+
+    run(go())
+
+
+def test_the_caller_s_audio_reaches_the_backend_on_the_path_wired_at_answer():
+    """The audio receiver's packets go through the jitter buffer and decoder to the backend
+    session, counted and marking the call as heard, with nothing of the session's per frame."""
+
+    async def go():
+        host = Host()
+        session = Session(host.context(), SESSION_ID, UFRAG, PASSWORD, now=0.0)
+        await session.answer(await make_offer(), "192.0.2.1", {})
+        (receiver,) = [t.receiver for t in session.pc.getTransceivers() if t.kind == "audio"]
+        for i, payload in enumerate(opus_tone_packets(440)[:3]):
+            packet = RtpPacket(payload_type=111, sequence_number=i, timestamp=i * 960, ssrc=5)
+            packet.payload = payload
+            receiver.inbound.push(packet)
+        assert session.frames_in == 3 == session.backend.frames_in
+        assert host.metrics.tallies["audio_frames_in"].count == 3
+        assert session.lifecycle.first_audio_in_at is not None
+        session.end("deleted")
+        await session.closed.wait()
 
     run(go())
 

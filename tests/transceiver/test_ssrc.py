@@ -9,7 +9,8 @@ import pylibsrtp
 import pytest
 from aiortc.rtp import RtcpRrPacket, RtpPacket
 
-from transceiver.call.inbound import ForeignSsrc, InlineAudioReceiver, LatchedSrtp, latch_srtp
+from transceiver.call.inbound import ForeignSsrc, LatchedSrtp
+from transceiver.call.seam import InlineAudioReceiver, latch_srtp
 from transceiver.call.ssrc import MAX_SSRCS_PER_CALL, SsrcLatch, offered_ssrcs
 
 KEY = bytes(range(30))

@@ -4,16 +4,16 @@ aiortc gives every ``RTCPeerConnection`` a new EC P-256 key pair and self-signed
 and every DTLS transport a new OpenSSL context built from it; the fingerprints in every answer
 are hashed again each time. A transceiver has one DTLS identity instead, as most SFUs do:
 
-- ``SharedCertificate`` is an aiortc ``RTCCertificate`` whose fingerprints and ``SSL.Context``
-  are computed once; the context is aiortc's (same cipher list, same SRTP profiles, no session
-  tickets) with OpenSSL's session cache off, so no DTLS session of one call can be resumed in
-  another: every handshake is a full one, verified against its own answer's fingerprint.
+- ``SharedCertificate`` (``transceiver.call.seam``) is an aiortc ``RTCCertificate`` whose
+  fingerprints and ``SSL.Context`` are computed once; the context is aiortc's (same cipher list,
+  same SRTP profiles, no session tickets) with OpenSSL's session cache off, so no DTLS session
+  of one call can be resumed in another: every handshake is a full one, verified against its own
+  answer's fingerprint.
 - ``CertificateHolder`` makes a new one every ``lifetime_s`` (a day by default): sessions created
   after that use the new one; a running session keeps the one it answered with (its peer
   connection holds it).
-- ``use_certificate`` gives one to a peer connection before its offer is applied (aiortc creates
-  the DTLS transport then). Like ``transceiver.call.ice.install`` it sets one private attribute, on
-  the aiortc versions ``transceiver.call.ice.check_versions`` accepts; no global patch.
+- ``transceiver.call.seam.use_certificate`` gives one to a peer connection before its offer is
+  applied (aiortc creates the DTLS transport then): one private attribute, no global patch.
 
 The security consequence (docs/security.md): the fingerprint, in every answer and in the clear
 in every DTLS 1.2 handshake, links the calls one process answered while a certificate lasts.
@@ -23,39 +23,12 @@ certificate only signs it.
 
 from __future__ import annotations
 
-from typing import Any
-
-from aiortc import RTCCertificate, RTCPeerConnection
-from aiortc.rtcdtlstransport import RTCDtlsFingerprint
-from OpenSSL import SSL
+from transceiver.call.seam import SharedCertificate
 
 DEFAULT_LIFETIME_S = 24 * 3600.0
 # aiortc's own certificates are valid from a day before to 30 days after their creation, and
 # WebRTC checks fingerprints, not dates; a rotation well within that keeps them valid anyway.
 MAX_LIFETIME_S = 7 * 24 * 3600.0
-_ATTRIBUTE = "_RTCPeerConnection__certificates"  # set in RTCPeerConnection.__init__
-
-
-class SharedCertificate(RTCCertificate):
-    """An ``RTCCertificate`` for many DTLS transports: fingerprints and SSL context made once."""
-
-    def __init__(self, key: Any, cert: Any) -> None:
-        super().__init__(key, cert)
-        self._fingerprints = super().getFingerprints()
-        # One context per SRTP profile list: aiortc passes its one constant list, so one entry.
-        self._contexts: dict[tuple[bytes, ...], SSL.Context] = {}
-
-    def getFingerprints(self) -> list[RTCDtlsFingerprint]:
-        return list(self._fingerprints)
-
-    def _create_ssl_context(self, srtp_profiles: list[Any]) -> SSL.Context:
-        profiles = tuple(p.openssl_profile for p in srtp_profiles)
-        context = self._contexts.get(profiles)
-        if context is None:
-            context = super()._create_ssl_context(srtp_profiles)
-            context.set_session_cache_mode(SSL.SESS_CACHE_OFF)
-            self._contexts[profiles] = context
-        return context
 
 
 class CertificateHolder:
@@ -79,13 +52,3 @@ class CertificateHolder:
             self._since = now
             self.rotations += 1
         return self._current
-
-
-def use_certificate(pc: RTCPeerConnection, certificate: RTCCertificate) -> None:
-    """Make ``certificate`` the one DTLS certificate of ``pc``. Call before
-    ``setRemoteDescription``: aiortc creates the DTLS transport, with it, then."""
-    if not isinstance(getattr(pc, _ATTRIBUTE, None), list):
-        raise RuntimeError("this aiortc keeps its certificates elsewhere: not verified")
-    if pc.getTransceivers() or pc.sctp is not None:
-        raise RuntimeError("use_certificate() must run before the offer is applied")
-    setattr(pc, _ATTRIBUTE, [certificate])

@@ -19,53 +19,32 @@ each session gets a ``SharedSocketConnection``:
   client offers: the client is learned as peer-reflexive from its first authenticated check
   through the relay, so nothing is ever sent toward an address the client merely claimed.
 
-``install`` swaps it into a peer connection after ``setRemoteDescription`` and before the answer
-is created, which is when aiortc gathers candidates. This touches a few private attributes of
-aiortc and aioice; ``check_versions`` refuses versions these were not verified with.
+``transceiver.call.seam.install_ice`` swaps it into a peer connection after
+``setRemoteDescription`` and before the answer is created, which is when aiortc gathers
+candidates. What it needs of aioice's internals (its candidates, its protocols, its nominated
+pair and check list) it asks of ``transceiver.call.seam.RelayAgent``, its base.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aioice
-import aiortc
-from aioice.candidate import Candidate, candidate_foundation, candidate_priority
-from aioice.ice import CandidatePair, StunProtocol
-
 from common.addr import Addr, is_tcp, over_tcp
+from transceiver.call.seam import (
+    Candidate,
+    CandidatePair,
+    RelayAgent,
+    StunProtocol,
+    candidate_foundation,
+    candidate_priority,
+)
 
 # RFC 6544 section 4.2: local preference = 2^13 * direction-pref + other-pref, a passive host
 # candidate's direction-pref being 4; below the UDP candidates' 65535 - index, so that UDP wins
 # whenever it works.
 TCP_PASSIVE_LOCAL_PREF = (1 << 13) * 4 + 8191
-
-# Versions whose private attributes ``install`` and ``SharedSocketConnection`` rely on.
-VERIFIED_AIORTC = ((1, 9), (1, 16))
-VERIFIED_AIOICE = ((0, 9), (0, 13))
-
-
-def _version(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int(minor)
-
-
-def check_versions() -> None:
-    """Fail at start, with a clear message, on an aiortc/aioice this module was not built for."""
-    for name, module, (low, high) in (
-        ("aiortc", aiortc, VERIFIED_AIORTC),
-        ("aioice", aioice, VERIFIED_AIOICE),
-    ):
-        version = _version(module.__version__)
-        if not low <= version <= high:
-            raise RuntimeError(
-                f"{name} {module.__version__} is outside the verified range "
-                f"{'.'.join(map(str, low))}..{'.'.join(map(str, high))}"
-            )
 
 
 class VirtualTransport(asyncio.DatagramTransport):
@@ -87,6 +66,12 @@ class VirtualTransport(asyncio.DatagramTransport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._local if name == "sockname" else default
 
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol  # type: ignore[assignment]
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol  # type: ignore[return-value]
+
     def is_closing(self) -> bool:
         return self._closing
 
@@ -100,68 +85,9 @@ class VirtualTransport(asyncio.DatagramTransport):
         self.close()
 
 
-class PromptConnection(aioice.Connection):
-    """An aioice Connection whose ``connect`` returns as soon as its check list completes.
-
-    aioice runs its checks on a 20 ms timer (Ta, RFC 8445 6.1.4.2) and sees only at its next
-    tick that the check list completed: up to 20 ms of nothing before aiortc starts DTLS. Here
-    ``connect`` returns at completion; aioice's loop ends by itself at that tick and goes on as
-    before (it cancels leftover checks and starts consent freshness, RFC 7675). What completes
-    the check list is aioice's rule, unchanged. The benchmarks' aiortc callers use it too
-    (``prompt``), as browsers do not wait for a timer either. It relies on aioice calling
-    ``_check_list_maybe_complete`` when a pair completes (0.13): an aioice that does not simply
-    connects at its own pace, as before.
-    """
-
-    # Class attributes, so that ``prompt`` can turn a plain aioice Connection into one.
-    _completed: asyncio.Future[None] | None = None  # set when the check list completes
-    _checks_loop: asyncio.Task[None] | None = None  # aioice's own connect(), in a task
-
-    async def connect(self) -> None:
-        """aioice's ``connect``, returning as soon as the check list completes.
-
-        For the transceiver, the controlled agent, that is when the client nominated a pair
-        whose round trip our own check proved (RFC 8445 7.3.1.5: the client's USE-CANDIDATE
-        check on a succeeded pair, or our triggered check's answer on a pair the client had
-        nominated): an incoming check alone completes nothing.
-        """
-        loop = asyncio.get_running_loop()
-        self._completed = loop.create_future()
-        self._checks_loop = loop.create_task(super().connect())
-        # Its failure is also ours (below); retrieved here too, in case nobody awaits us.
-        self._checks_loop.add_done_callback(lambda t: t.cancelled() or t.exception())
-        await asyncio.wait({self._checks_loop, self._completed}, return_when=FIRST_COMPLETED)
-        if self._checks_loop.done():
-            self._checks_loop.result()  # aioice's ConnectionError on failure
-
-    def _check_list_maybe_complete(self) -> bool:
-        complete = super()._check_list_maybe_complete()
-        if complete and self._completed is not None and not self._completed.done():
-            self._completed.set_result(None)
-        return complete
-
-    async def close(self) -> None:
-        # Completed, aioice's loop may still sleep out its last tick, and would then start
-        # consent checks on a closed connection: it has nothing left to do, so it is cancelled.
-        # Not completed, it is left to aioice, whose close() makes it fail as it always did.
-        loop_task, completed = self._checks_loop, self._completed
-        if loop_task is not None and not loop_task.done() and completed and completed.done():
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
-        await super().close()
-
-
-def prompt(connection: aioice.Connection) -> None:
-    """Make a plain aioice Connection a ``PromptConnection`` (before its ``connect``)."""
-    if type(connection) is not aioice.Connection:
-        raise TypeError(f"not a plain aioice Connection: {type(connection).__name__}")
-    connection.__class__ = PromptConnection
-
-
-class SharedSocketConnection(PromptConnection):
+class SharedSocketConnection(RelayAgent):
     """An aioice Connection whose candidates are relay addresses, on the shared socket; ICE
-    connected as soon as it completes (``PromptConnection``)."""
+    connected as soon as it completes (``transceiver.call.seam.PromptConnection``)."""
 
     def __init__(
         self,
@@ -188,13 +114,6 @@ class SharedSocketConnection(PromptConnection):
         # (``transceiver.call.inbound.direct_rtp``); else datagrams queue for aiortc's DTLS task.
         self.rtp_sink: Callable[[bytes], bool] | None = None
 
-    async def gather_candidates(self) -> None:
-        # No interface enumeration, no STUN/TURN servers: the candidates are the relays'.
-        if not self._local_candidates_start:
-            self._local_candidates_start = True
-            self._local_candidates += await self.get_component_candidates(1, [])
-            self._local_candidates_end = True
-
     async def get_component_candidates(
         self, component: int, addresses: list[str], timeout: int = 5
     ) -> list[Candidate]:
@@ -207,10 +126,6 @@ class SharedSocketConnection(PromptConnection):
         others exist only in the answer (aiortc writes every local candidate, and the first
         in the c= line).
         """
-        protocol = StunProtocol(self)
-        transport = VirtualTransport(self._send_datagram, self._advertised[0])
-        transport._protocol = protocol
-        protocol.connection_made(transport)
         candidates = [
             Candidate(
                 foundation=candidate_foundation("host", "udp", f"{host}|{port}"),
@@ -223,9 +138,8 @@ class SharedSocketConnection(PromptConnection):
             )
             for index, (host, port) in enumerate(self._advertised)
         ]
-        protocol.local_candidate = candidates[0]
-        self._protocols.append(protocol)
-        self.protocol = protocol
+        transport = VirtualTransport(self._send_datagram, self._advertised[0])
+        self.protocol = self.add_protocol(transport, candidates[0])
         if self._advertised_tcp is not None:
             candidates.append(self._tcp_candidate(component, self._advertised_tcp))
         return candidates
@@ -234,14 +148,11 @@ class SharedSocketConnection(PromptConnection):
         """The passive ICE-TCP candidate at the relay's TCP address and its own protocol, whose
         writes are marked for TCP (``demux.over_tcp``)."""
         send = self._send_datagram
-        protocol = StunProtocol(self)
         transport = VirtualTransport(
             lambda data, to: send(data, over_tcp(to) if to is not None else None), addr
         )
-        transport._protocol = protocol
-        protocol.connection_made(transport)
         host, port = addr
-        protocol.local_candidate = Candidate(
+        candidate = Candidate(
             foundation=candidate_foundation("host", "tcp", f"{host}|{port}"),
             component=component,
             transport="tcp",
@@ -251,9 +162,8 @@ class SharedSocketConnection(PromptConnection):
             type="host",
             tcptype="passive",
         )
-        self._protocols.append(protocol)
-        self.tcp_protocol = protocol
-        return protocol.local_candidate
+        self.tcp_protocol = self.add_protocol(transport, candidate)
+        return candidate
 
     def _client_of(self, pair: CandidatePair) -> Addr:
         """The client as the demultiplexer names it: marked when the pair is over TCP."""
@@ -263,7 +173,7 @@ class SharedSocketConnection(PromptConnection):
 
     def get_default_candidate(self, component: int) -> Candidate | None:
         """The most preferred candidate (aioice's own picks the lowest priority)."""
-        return next((c for c in self._local_candidates if c.component == component), None)
+        return next((c for c in self.local_candidates if c.component == component), None)
 
     def check_complete(self, pair: CandidatePair) -> None:
         """aioice's bookkeeping, plus moving media only after a proven round trip.
@@ -278,7 +188,7 @@ class SharedSocketConnection(PromptConnection):
         never on an incoming check alone: that could be a replayed capture.
         """
         super().check_complete(pair)
-        current = self._nominated.get(pair.component)
+        current = self.nominated_pair(pair.component)
         if (
             current is not None
             and pair is not current
@@ -286,11 +196,11 @@ class SharedSocketConnection(PromptConnection):
             and self._client_of(pair) != self._client_of(current)
         ):
             pair.nominated = True
-            self._nominated[pair.component] = pair
+            self.use_pair(pair)
             current.nominated = False
             current.remote_nominated = False
             current.state = CandidatePair.State.FROZEN
-        selected = self._nominated.get(1)
+        selected = self.nominated_pair(1)
         if selected is not None and self._client_of(selected) != self._selected:
             self._selected = self._client_of(selected)
             self._on_selected(self._selected)
@@ -300,17 +210,12 @@ class SharedSocketConnection(PromptConnection):
         address): aioice's lists then stay as small as the demultiplexer's table."""
         if self._selected == addr:
             return
-        for pair in [p for p in self._check_list if self._client_of(p) == addr]:
-            if pair.task is not None:
-                pair.task.cancel()
-            self._check_list.remove(pair)
+        self.drop_pairs(lambda pair: self._client_of(pair) == addr)
         # A candidate is per (IP, port), whatever the transport: kept while a pair uses it.
-        used = {(p.remote_candidate.host, p.remote_candidate.port) for p in self._check_list}
-        self._remote_candidates = [
-            c
-            for c in self._remote_candidates
-            if (c.host, c.port) != addr[:2] or (c.host, c.port) in used
-        ]
+        used = {(p.remote_candidate.host, p.remote_candidate.port) for p in self.pairs()}
+        self.drop_remote_candidates(
+            lambda c: (c.host, c.port) == addr[:2] and (c.host, c.port) not in used
+        )
 
     async def add_remote_candidate(self, remote_candidate: Candidate | None) -> None:
         """Ignore the client's candidates, end-of-candidates included.
@@ -334,23 +239,3 @@ class SharedSocketConnection(PromptConnection):
                 protocol.datagram_received(data, addr)
         elif not (127 < first < 192 and self.rtp_sink is not None and self.rtp_sink(data)):
             self.data_received(data, 1)
-
-
-def install(pc: aiortc.RTCPeerConnection, connection: SharedSocketConnection) -> None:
-    """Make ``connection`` the ICE agent of ``pc``'s single (BUNDLE) transport.
-
-    Call after ``setRemoteDescription(offer)`` and before ``createAnswer``. Raises ValueError when
-    the offer did not leave exactly one ICE transport (no BUNDLE).
-    """
-    transports = {t.receiver.transport.transport for t in pc.getTransceivers()}
-    if pc.sctp is not None:
-        transports.add(pc.sctp.transport.transport)
-    if len(transports) != 1:
-        raise ValueError("the offer must BUNDLE all media on one transport")
-    ice = transports.pop()
-    if ice.iceGatherer.state != "new":
-        raise RuntimeError("install() must run before candidates are gathered")
-    ice.iceGatherer._connection = connection
-    ice._connection = connection
-    ice._recv = connection.recv
-    ice._send = connection.send

@@ -4,41 +4,62 @@ Stock aiortc hands every received audio frame to a decoder thread per receiver, 
 stereo and hands each frame back to the event loop (``run_coroutine_threadsafe``), where a task
 of ours read it from the track's queue and resampled it to mono. Measured on main (issue 12),
 that hand-off cost more CPU than decoding, the downmix ~8 % more, and past its core the threads
-starved each other. Here the packet goes straight from aiortc's SRTP/RTP parsing, on the event
-loop, through our jitter buffer to libopus decoding to mono (``transceiver.call.opus``, ~18 us per
+starved each other. Here the packet goes straight from the SRTP/RTP parsing, on the event loop,
+through our jitter buffer to libopus decoding to mono (``transceiver.call.opus``, ~18 us per
 20 ms) or, for a backend that takes Opus, to the backend as it is: no thread, no queue, no task
 per packet.
 
-``InboundAudio`` is that path (sans-I/O: packets in, callbacks out). ``install`` puts it under a
-peer connection's audio receiver by turning that one receiver into an ``InlineAudioReceiver``,
-a subclass of aiortc's that replaces exactly two methods: ``receive`` (registration and the
-RTCP task as aiortc does them, minus the decoder thread) and ``_handle_rtp_packet`` (statistics
-for RTCP receiver reports as aiortc keeps them, then ``InboundAudio``). Nothing of aiortc
-changes for other receivers. The private attributes used are checked before the swap
-(``PRIVATE``); on an aiortc that moved them ``install`` refuses, as ``transceiver.call.ice`` does.
-Every inbound SRTP and SRTCP packet of a call passes the call's SSRC latch
-(``transceiver.call.ssrc``) before libsrtp sees it: ``latch_srtp`` puts the call's receive session
-behind it once DTLS is up (so aiortc's own path, which still unprotects RTCP, goes through it
-too), and ``direct_rtp`` reads the SSRC in clear before it unprotects. ``stop`` never waits on
-an RTCP task that already died. What is left out: RTX (aiortc negotiates none for audio), the
-RFC 6464 audio level (unused), ``getSynchronizationSources`` (nobody asks), the ``track`` (it
-stays, never fed: do not read it).
+A caller's audio packet, once the call is connected (each step a plain call, none through the
+session):
+
+1. ``transceiver.socket.media`` (the socket's callback) -> ``transceiver.socket.classify`` and
+   ``demux``: the call it belongs to;
+2. ``SharedSocketConnection.datagram_received`` (``transceiver.call.ice``): RTP to its
+   ``rtp_sink``, the direct path below, instead of aiortc's queue;
+3. ``direct_rtp``'s sink: the SSRC latch, SRTP unprotect, the header read
+   (``transceiver.call.rtpview``);
+4. ``InlineAudioReceiver.handle_rtp`` (``transceiver.call.seam``): aiortc's receiver statistics
+   (its RTCP receiver reports), the codec check;
+5. ``InboundAudio.push``: the jitter buffer, then libopus decoding (``pcm16``) or the TOC check
+   (``opus``);
+6. ``BackendInlet.frame``: counted, the call marked as heard, then the backend session's
+   ``audio_in`` or ``opus_in``.
+
+The session wires it once: ``InboundAudio`` and its ``BackendInlet`` when the backend has
+chosen its format (``Session.answer``, before the answer: aiortc's own path may deliver the
+first packets), the direct path when DTLS connects (``rtp_sink``, with the SRTP session that
+exists only then). Only what is rare goes back to the session: a backend that raised, the first
+frame (the connect report), the jitter buffer's events.
+
+The aiortc side (``InlineAudioReceiver``, ``latch_srtp``) is in ``transceiver.call.seam``, with
+the private state it uses, checked at start. Every inbound SRTP and SRTCP packet of a call
+passes the call's SSRC latch (``transceiver.call.ssrc``) before libsrtp sees it: ``latch_srtp``
+puts the call's receive session behind it once DTLS is up (so aiortc's own path, which still
+unprotects RTCP, goes through it too), and ``direct_rtp`` reads the SSRC in clear before it
+unprotects. What is left out: RTX (aiortc negotiates none for audio), the RFC 6464 audio level
+(unused), ``getSynchronizationSources`` (nobody asks), the ``track`` (it stays, never fed: do
+not read it).
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pylibsrtp
-from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
-from transceiver.backend import FRAME_BYTES, OPUS, PCM16, OpusFrame
+from transceiver.backend import FRAME_BYTES, OPUS, PCM16, BackendSession, OpusFrame
 from transceiver.call.jitter import AudioJitterBuffer
 from transceiver.call.opus import Decoder, OpusError, packet_samples
 from transceiver.call.rtpview import parse as parse_rtp
 from transceiver.call.ssrc import SsrcLatch
+
+if TYPE_CHECKING:
+    from transceiver.call.seam import InlineAudioReceiver
+
+log = logging.getLogger("rtcedge.transceiver")
 
 OPUS_MIME = "audio/opus"
 # Events counted beside the jitter buffer's (transceiver.call.jitter.EVENTS).
@@ -46,22 +67,6 @@ UNDECODABLE = "undecodable"  # libopus refused the packet, or its TOC is not Opu
 FOREIGN = "foreign"  # a payload type negotiated for another codec than Opus
 UNPROTECT_FAILED = "srtp_failed"  # SRTP authentication or replay check failed (direct path)
 MALFORMED = "malformed"  # not a parsable RTP packet once unprotected (direct path)
-
-# aiortc 1.x's RTCRtpReceiver state that InlineAudioReceiver reads or sets, with the type each
-# has before the receiver starts (None: must be None, not started).
-PRIVATE: dict[str, type | None] = {
-    "_RTCRtpReceiver__codecs": dict,
-    "_RTCRtpReceiver__remote_streams": dict,
-    "_RTCRtpReceiver__started": bool,
-    "_RTCRtpReceiver__decoder_thread": None,
-    "_RTCRtpReceiver__rtcp_task": None,
-    "_RTCRtpReceiver__rtcp_started": asyncio.Event,
-    "_RTCRtpReceiver__rtcp_exited": asyncio.Event,
-    "_RTCRtpReceiver__transport": object,
-}
-# aiortc 1.x's RTCDtlsTransport state the direct paths use (here and transceiver.call.outbound): the
-# call's SRTP sessions (None until DTLS is up) and its state; all set by its constructor.
-DTLS_PRIVATE = ("_rx_srtp", "_tx_srtp", "_state")
 
 
 class InboundAudio:
@@ -130,67 +135,61 @@ class InboundAudio:
         self._pending = data[whole:]
 
 
-class InlineAudioReceiver(RTCRtpReceiver):
-    """aiortc's audio receiver without its decoder thread: packets go to ``_inbound``.
-
-    Never constructed: ``install`` turns aiortc's own receiver into one (``__class__``), so
-    everything aiortc set up (transport, RTCP, statistics) stays as it was.
+class BackendInlet:
+    """The end of a call's inbound audio: each frame counted, the call marked as heard, and
+    handed to the backend session, straight from ``InboundAudio`` (its ``on_pcm`` or
+    ``on_opus``). Wired once by the session (``Session.answer``) with what it used to do per
+    frame itself; what is rare goes back to it: the first frame (``on_first``: the connect
+    report) and a backend that raised (``on_failure``, logged here).
     """
 
-    _inbound: InboundAudio
-    _opus_types: frozenset[int]
+    __slots__ = (
+        "_call_id",
+        "_clock",
+        "_count",
+        "_deliver",
+        "_heard",
+        "_method",
+        "_on_failure",
+        "_on_first",
+        "frames",
+    )
 
-    async def receive(self, parameters: Any) -> None:
-        """aiortc's ``receive`` (1.9-1.16), minus starting the decoder thread."""
-        if self._RTCRtpReceiver__started:  # type: ignore[attr-defined]
-            return
-        codecs = self._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
-        for codec in parameters.codecs:
-            codecs[codec.payloadType] = codec
-        self._opus_types = frozenset(
-            pt for pt, codec in codecs.items() if codec.mimeType.lower() == OPUS_MIME
-        )
-        self._RTCRtpReceiver__transport._register_rtp_receiver(self, parameters)  # type: ignore[attr-defined]
-        self._RTCRtpReceiver__rtcp_task = asyncio.ensure_future(self._run_rtcp())
-        self._RTCRtpReceiver__started = True
+    def __init__(
+        self,
+        call_id: str,
+        backend: BackendSession,
+        audio_format: str,
+        count: Callable[[], None],
+        heard: Callable[[float], None],
+        on_first: Callable[[], None],
+        on_failure: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``count``: the process's frames-in tally; ``heard(now)``: the lifecycle's
+        ``audio_received`` (its idle deadline, the connect breakdown)."""
+        self._call_id = call_id
+        self._method = "opus_in" if audio_format == OPUS else "audio_in"
+        self._deliver: Callable[[Any], None] = getattr(backend, self._method)
+        self._count = count
+        self._heard = heard
+        self._on_first = on_first
+        self._on_failure = on_failure
+        self._clock = clock
+        self.frames = 0
 
-    async def stop(self) -> None:
-        """aiortc's ``stop``, which never waits on an RTCP task that already ended.
-
-        aiortc's waits for the task to say it started and then that it exited, and only a task
-        that ran and was cancelled says so: one that died (aiortc 1.16's receiver report packs
-        one block per SSRC and raises ``struct.error`` past 255) left ``stop`` waiting for ever,
-        so ``RTCPeerConnection.close`` never reached the DTLS transport, the caller was never
-        sent its close_notify, and our teardown waited out its 5 s step timeouts (DELETE
-        answered after 10 s; issue 21).
-        """
-        task = self._RTCRtpReceiver__rtcp_task  # type: ignore[attr-defined]
-        if task is not None and task.done():
-            self._RTCRtpReceiver__rtcp_started.set()  # type: ignore[attr-defined]
-            self._RTCRtpReceiver__rtcp_exited.set()  # type: ignore[attr-defined]
-        await super().stop()
-
-    async def _handle_rtp_packet(self, packet: Any, arrival_time_ms: int) -> None:
-        """aiortc's entry (its DTLS transport's queue), until ``direct_rtp`` takes over."""
-        self.handle_rtp(packet)
-
-    def handle_rtp(self, packet: Any) -> None:
-        """Hot path, once per inbound packet: RTCP statistics, then ``InboundAudio``."""
-        if not self._enabled:
-            return
-        codec = self._RTCRtpReceiver__codecs.get(packet.payload_type)  # type: ignore[attr-defined]
-        if codec is None:
-            return
-        streams = self._RTCRtpReceiver__remote_streams  # type: ignore[attr-defined]
-        stats = streams.get(packet.ssrc)
-        if stats is None:
-            stats = streams[packet.ssrc] = StreamStatistics(codec.clockRate)
-        stats.add(packet)  # receiver reports: loss, jitter, and the caller's RTT from LSR/DLSR
-        if packet.payload_type not in self._opus_types:
-            self._inbound.drop(FOREIGN)
-            return
-        if packet.payload:
-            self._inbound.push(packet)
+    def frame(self, frame: bytes | OpusFrame) -> None:
+        """Hot path, per frame: a 20 ms PCM frame (pcm16) or a caller's packet (opus)."""
+        self.frames += 1
+        self._count()
+        self._heard(self._clock())
+        if self.frames == 1:
+            self._on_first()
+        try:
+            self._deliver(frame)
+        except Exception:  # the media path must go on; a backend that raises is broken
+            log.exception("session %s: the backend's %s failed", self._call_id, self._method)
+            self._on_failure(f"{self._method} raised")
 
 
 class ForeignSsrc(pylibsrtp.Error):
@@ -201,9 +200,10 @@ class ForeignSsrc(pylibsrtp.Error):
 class LatchedSrtp:
     """A call's inbound SRTP session behind its SSRC latch (``transceiver.call.ssrc``).
 
-    ``latch_srtp`` makes it the DTLS transport's ``_rx_srtp``, so that every unprotect of the
-    call goes through it: the direct path's (``direct_rtp``) and aiortc's own receive loop's
-    (RTCP, and whatever reaches the call before the direct path takes it). The SSRC is read in
+    ``transceiver.call.seam.latch_srtp`` makes it the DTLS transport's receive session, so that
+    every unprotect of the call goes through it: the direct path's (``direct_rtp``) and aiortc's
+    own receive loop's (RTCP, and whatever reaches the call before the direct path takes it).
+    The SSRC is read in
     clear, RTP bytes 8..12 and RTCP's sender SSRC bytes 4..8 (RFC 3711 3.1, 3.4: both headers
     are authenticated, not encrypted); one refused is counted (``on_foreign``) and raised as
     ``ForeignSsrc`` before libsrtp is asked, so it can neither add a stream nor cost a scan.
@@ -242,35 +242,23 @@ class LatchedSrtp:
         return plain
 
 
-def latch_srtp(dtls: Any, latch: SsrcLatch, on_foreign: Callable[[], None]) -> LatchedSrtp | None:
-    """Put the call's receive SRTP session (``dtls._rx_srtp``) behind ``latch``; idempotent.
-
-    Call when DTLS connects: aiortc sets ``_rx_srtp`` and then announces the state in the same
-    synchronous chain (``RTCDtlsTransport._set_state``), before its receive loop starts, so
-    no packet is unprotected before the latch is in front. None while SRTP is not up."""
-    srtp = dtls._rx_srtp
-    if srtp is None or isinstance(srtp, LatchedSrtp):
-        return srtp
-    dtls._rx_srtp = latched = LatchedSrtp(srtp, latch, on_foreign)
-    return latched
-
-
 def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[bytes], bool]:
     """The direct path of a connected call's SRTP, for ``SharedSocketConnection.rtp_sink``.
 
     aiortc hands every datagram through an asyncio queue to its DTLS transport's receive task,
     which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
     packet. This does the same work as plain calls, from the socket's callback: the SSRC latch
-    (``srtp``, see ``latch_srtp``), SRTP unprotect with the call's own session (the DTLS
-    transport's, so the replay window is shared), read the header (``transceiver.call.rtpview``:
-    header extensions are not decoded, nothing here reads them), ``handle_rtp``. Returns
+    (``srtp``, see ``transceiver.call.seam.latch_srtp``), SRTP unprotect with the call's own
+    session (the DTLS transport's, so the replay window is shared), read the header
+    (``transceiver.call.rtpview``: header extensions are not decoded, nothing here reads them),
+    ``handle_rtp``. Returns
     False for what it leaves to aiortc (RTCP of an admitted SSRC: aiortc's receiver and sender
     reports keep working as before); an RTCP packet of a refused SSRC is dropped here, before
     it costs a task wake-up.
     """
     session, latch, admits = srtp.session, srtp.latch, srtp.admits
     latched = latch.latched
-    inbound = receiver._inbound
+    inbound = receiver.inbound
 
     def sink(data: bytes) -> bool:
         if len(data) < 12:  # too short for either: libsrtp refuses it in aiortc's loop
@@ -297,46 +285,3 @@ def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[by
         return True
 
     return sink
-
-
-def install(pc: Any, inbound: InboundAudio) -> int:
-    """Give the audio receiver(s) of ``pc`` to ``inbound``; returns how many (one, per offer.py).
-
-    Call after ``setRemoteDescription`` (receivers exist) and before the connection starts them.
-    """
-    installed = 0
-    for transceiver in pc.getTransceivers():
-        if transceiver.kind != "audio" or transceiver.direction == "inactive":
-            continue
-        receiver = transceiver.receiver
-        _check_private(receiver)
-        receiver.__class__ = InlineAudioReceiver
-        receiver._inbound = inbound
-        receiver._opus_types = frozenset()
-        installed += 1
-    return installed
-
-
-def _check_private(receiver: Any) -> None:
-    if type(receiver) is not RTCRtpReceiver:
-        raise RuntimeError(f"expected aiortc's RTCRtpReceiver, found {type(receiver).__name__}")
-    for name, kind in PRIVATE.items():
-        if not hasattr(receiver, name):
-            missing = name
-        elif kind is None and getattr(receiver, name) is not None:
-            missing = f"{name} (already set: the receiver started)"
-        elif kind is not None and not isinstance(getattr(receiver, name), kind):
-            missing = f"{name} (not a {kind.__name__})"
-        else:
-            continue
-        raise RuntimeError(
-            f"aiortc's RTCRtpReceiver has no {missing} where transceiver.call.inbound expects it; "
-            "this aiortc is not supported"
-        )
-    dtls = receiver._RTCRtpReceiver__transport
-    missing_dtls = [name for name in DTLS_PRIVATE if not hasattr(dtls, name)]
-    if missing_dtls:
-        raise RuntimeError(
-            f"aiortc's RTCDtlsTransport has no {', '.join(missing_dtls)} where "
-            "transceiver.call.inbound expects it; this aiortc is not supported"
-        )

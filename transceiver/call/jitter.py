@@ -7,7 +7,7 @@ after a single lost packet, waits until 16 packets stand behind the hole before 
 loss, and a relay fail-over that loses one or two packets would cost a third of a second of audio.
 
 ``AudioJitterBuffer`` releases at most one packet per packet pushed (``push(packet) -> packet
-or None``; ``add`` is the same in aiortc's interface), with another policy than aiortc's:
+or None``), with another policy than aiortc's:
 
 - in order: each packet is released as it arrives (no prefetch);
 - a hole is declared lost once ``hole_wait`` packets wait behind it (40 ms by default), so a
@@ -18,9 +18,9 @@ or None``; ``add`` is the same in aiortc's interface), with another policy than 
 - late packets (already skipped) are dropped; a sequence jump beyond ``capacity`` or back beyond
   ``MAX_MISORDER`` (a sender that restarted) starts over at the new packet.
 
-Sans-I/O: no clock, no socket. The transceiver's receiver (``transceiver.call.inbound``) pushes into
-it; ``install`` swaps it into a stock aiortc receiver instead (the bench's aiortc callers),
-guarded by the private attribute it replaces (aiortc 1.x): on another aiortc it refuses.
+Sans-I/O: no clock, no socket. The transceiver's receiver (``transceiver.call.inbound``) pushes
+into it; ``transceiver.call.seam.install_jitter_buffer`` puts it, in aiortc's interface, into a
+stock aiortc receiver instead (the benchmarks' aiortc callers).
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aiortc.jitterbuffer import JitterBuffer, JitterFrame
-
 MAX_MISORDER = 100  # as aiortc: a packet this far behind means the sender restarted
-_PRIVATE_BUFFER = "_RTCRtpReceiver__jitter_buffer"
 
 EVENTS = ("lost", "late", "trimmed", "resync")
 
@@ -84,13 +81,6 @@ class AudioJitterBuffer:
         self._count("lost", _distance(oldest, self._next))
         self._next = oldest
 
-    def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
-        """aiortc's interface (``install``): ``(False, frame of the released packet's _data)``."""
-        released = self.push(packet)
-        if released is None:
-            return False, None
-        return False, JitterFrame(data=released._data, timestamp=released.timestamp)
-
     def push(self, packet: Any) -> Any | None:
         """Take a packet (``sequence_number`` read); return the packet due for playout, if any."""
         seq = packet.sequence_number
@@ -131,22 +121,3 @@ class AudioJitterBuffer:
             self._next = (self._next + 1) & 0xFFFF
             self._count("trimmed")
             excess -= 1
-
-
-def install(pc: Any, on_event: Callable[[str, int], None] | None = None) -> int:
-    """Give every audio receiver of a stock aiortc ``pc`` an ``AudioJitterBuffer``; returns how
-    many. Call after ``setRemoteDescription`` (receivers exist) and before media flows.
-    """
-    installed = 0
-    for transceiver in pc.getTransceivers():
-        if transceiver.kind != "audio":
-            continue
-        receiver = transceiver.receiver
-        if not isinstance(getattr(receiver, _PRIVATE_BUFFER, None), JitterBuffer):
-            raise RuntimeError(
-                "aiortc's RTCRtpReceiver no longer holds a JitterBuffer where "
-                "transceiver.call.jitter expects it; this aiortc is not supported"
-            )
-        setattr(receiver, _PRIVATE_BUFFER, AudioJitterBuffer(on_event=on_event))
-        installed += 1
-    return installed

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 import av
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc import MediaStreamError, MediaStreamTrack
 
 from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, OPUS, PCM16
 from transceiver.call import opus

@@ -19,14 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.rtcconfiguration import RTCBundlePolicy
+from aiortc import (
+    RTCBundlePolicy,
+    RTCCertificate,
+    RTCConfiguration,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 
 from common.addr import Addr
-from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
-from transceiver.call import inbound, outbound, sctp
-from transceiver.call.certificate import use_certificate
-from transceiver.call.ice import SharedSocketConnection, install
+from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, SessionInfo
+from transceiver.call import inbound, outbound, sctp, seam
+from transceiver.call.ice import SharedSocketConnection
 from transceiver.call.lifecycle import Lifecycle, Limits, State
 from transceiver.call.outbound_track import BackendAudioTrack
 from transceiver.call.ssrc import SsrcLatch, offered_ssrcs
@@ -89,7 +93,7 @@ class Session:
             RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
         )
         if context.certificate is not None:
-            use_certificate(self.pc, context.certificate())
+            seam.use_certificate(self.pc, context.certificate())
         self.ice = SharedSocketConnection(
             ufrag,
             password,
@@ -107,7 +111,7 @@ class Session:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connect_task: asyncio.Task[Any] | None = None
         self.closed = asyncio.Event()
-        self.frames_in = 0
+        self._inlet: inbound.BackendInlet | None = None  # inbound audio's end (_wire_audio)
         # The SSRCs the caller's SRTP may use (the offer's, then the first to authenticate).
         self.ssrcs = SsrcLatch()
         self._connect_reported = False
@@ -129,14 +133,14 @@ class Session:
         self.ssrcs = SsrcLatch(offered_ssrcs(offer_sdp))
         _receive_audio_only(pc)
         if pc.sctp is not None:  # before the answer: it advertises our max-message-size
-            sctp.install(
+            seam.install_sctp(
                 pc.sctp, self._context.sctp_limits, self._on_sctp_limit, self._on_sctp_drop
             )
-        install(pc, self.ice)
+        seam.install_ice(pc, self.ice)
         pc.addTrack(self.out_track)
         send, ufrag = self._context.send, self.ufrag
         # SRTP along the path ICE proved (none yet: the media socket drops and counts it).
-        outbound.install(
+        seam.install_sender(
             pc, self.out_track, self._context.audio_clock, lambda d: send(ufrag, d, None)
         )
         self.metadata = dict(metadata)
@@ -148,12 +152,17 @@ class Session:
         self.backend.attach_playout(self.out_track.queued_frames)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
-        self._connect_task = _connect_task_of(pc)
+        self._connect_task = seam.connect_task_of(pc)
         self.lifecycle.start_connecting(time.monotonic())
         return pc.localDescription.sdp
 
     def _wire_audio(self, backend: BackendSession) -> None:
-        """Inbound and outbound audio in the format the backend chose for this session."""
+        """Inbound and outbound audio in the format the backend chose for this session.
+
+        Inbound, once and for the whole call: the receiver's packets go through
+        ``InboundAudio`` straight to the backend (``inbound.BackendInlet``), never back through
+        the session (the way, step by step: ``transceiver.call.inbound``); the direct path in
+        front of it is wired when DTLS connects (``_take_rtp_directly``)."""
         audio_format = getattr(backend, "audio_format", None)
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(
@@ -161,10 +170,22 @@ class Session:
             )
         self.audio_format = audio_format
         self.out_track.set_format(audio_format)
-        path = inbound.InboundAudio(
-            audio_format, self._on_pcm_in, self._on_opus_in, self._on_jitter_event
+        self._inlet = inlet = inbound.BackendInlet(
+            self.id,
+            backend,
+            audio_format,
+            count=self._metrics.audio_frames_in.inc,
+            heard=self.lifecycle.audio_received,
+            on_first=self._first_audio_in,
+            on_failure=self._on_backend_failure,
         )
-        inbound.install(self.pc, path)
+        path = inbound.InboundAudio(audio_format, inlet.frame, inlet.frame, self._on_jitter_event)
+        seam.install_receiver(self.pc, path)
+
+    @property
+    def frames_in(self) -> int:
+        """The caller's audio frames handed to the backend."""
+        return self._inlet.frames if self._inlet is not None else 0
 
     def _emit_audio(self, data: bytes) -> None:
         """The backend's audio sink: PCM (pcm16) or one Opus packet (opus) toward the caller."""
@@ -173,11 +194,10 @@ class Session:
         else:
             self.out_track.push(data)
 
-    def _audio_arrived(self) -> None:
-        self.frames_in += 1
-        self._metrics.audio_frames_in.inc()
-        self.lifecycle.audio_received(time.monotonic())
-        if not self._connect_reported and self.lifecycle.first_audio_out_at is not None:
+    def _first_audio_in(self) -> None:
+        """The caller's first frame reached the backend: the connect breakdown, if audio
+        already went toward the caller (else ``_audio_sent`` reports it)."""
+        if self.lifecycle.first_audio_out_at is not None:
             self._report_connect()
 
     def _audio_sent(self) -> None:
@@ -202,26 +222,6 @@ class Session:
             self.id,
             " ".join(f"{phase}={seconds * 1000:.1f}ms" for phase, seconds in phases.items()),
         )
-
-    def _on_pcm_in(self, pcm: bytes) -> None:
-        """A 20 ms frame of the caller's, decoded (pcm16); on the event loop, per frame."""
-        self._audio_arrived()
-        if self.backend is not None:
-            try:
-                self.backend.audio_in(pcm)
-            except Exception:  # the media path must go on; a backend that raises is broken
-                log.exception("session %s: the backend's audio_in failed", self.id)
-                self._on_backend_failure("audio_in raised")
-
-    def _on_opus_in(self, frame: OpusFrame) -> None:
-        """A packet of the caller's, untouched (opus); on the event loop, per packet."""
-        self._audio_arrived()
-        if self.backend is not None:
-            try:
-                self.backend.opus_in(frame)
-            except Exception:
-                log.exception("session %s: the backend's opus_in failed", self.id)
-                self._on_backend_failure("opus_in raised")
 
     def _on_jitter_event(self, event: str, count: int) -> None:
         self._metrics.jitter_events.labels(event).inc(count)
@@ -323,20 +323,20 @@ class Session:
 
     def _take_rtp_directly(self) -> None:
         """SRTP is up: every inbound packet passes the call's SSRC latch first
-        (``inbound.latch_srtp``), and inbound RTP skips aiortc's DTLS queue
+        (``seam.latch_srtp``), and inbound RTP skips aiortc's DTLS queue
         (``inbound.direct_rtp``)."""
         transceivers = self.pc.getTransceivers()
         if not transceivers:
             return
-        # BUNDLE (transceiver.call.ice.install): one DTLS transport carries every m-line.
-        srtp = inbound.latch_srtp(
+        # BUNDLE (seam.install_ice): one DTLS transport carries every m-line.
+        srtp = seam.latch_srtp(
             transceivers[0].receiver.transport, self.ssrcs, self._metrics.foreign_ssrc.inc
         )
         if srtp is None:
             return
         for transceiver in transceivers:
             receiver = transceiver.receiver
-            if isinstance(receiver, inbound.InlineAudioReceiver):
+            if isinstance(receiver, seam.InlineAudioReceiver):
                 self.ice.rtp_sink = inbound.direct_rtp(receiver, srtp)
                 return
 
@@ -388,20 +388,6 @@ def _receive_audio_only(pc: RTCPeerConnection) -> None:
     for transceiver in pc.getTransceivers():
         if transceiver.kind != "audio":
             transceiver.direction = "inactive"
-
-
-def _connect_task_of(pc: RTCPeerConnection) -> asyncio.Task[Any] | None:
-    """The task aiortc just started to connect ``pc`` (it does not keep a handle on it)."""
-    for task in asyncio.all_tasks():
-        coro = task.get_coro()
-        frame = getattr(coro, "cr_frame", None)
-        if (
-            getattr(coro, "__qualname__", "") == "RTCPeerConnection.__connect"
-            and frame is not None
-            and frame.f_locals.get("self") is pc
-        ):
-            return task
-    return None
 
 
 async def _quietly(aw: Any) -> None:

@@ -36,23 +36,38 @@ An accepted datagram has made (or kept) a pending flow and is forwarded to the r
 (a transceiver, or a route to another cluster's relays).
 Sans-I/O: a decision over bytes, a flow key and the time passed in; its state is the objects it
 is given (the first-packet budget and the flow table change as it decides). The worker counts
-the reason it returns.
+the drop it returns by its reason; each drop is a constant below (``common.verdict.Drop``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from common.hint import HintError
+from common.hint import HINT_ERROR_REASONS, HintError
 from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
 from common.stun import StunError, binding_request_username, server_ufrag
+from common.verdict import Drop, drop
 from relay.addresspolicy import AddressPolicy
 from relay.addrkey import AddressKeys
-from relay.flows import FlowLimitError, FlowTable
+from relay.flows import FlowTable
 from relay.ratelimit import KeyedBuckets
 from relay.routing import Routing, Target
 
 _STUN = int(PacketClass.STUN)
+# The verdicts, made once: a drop is returned, never built, per packet (common.verdict).
+EMPTY_OR_OVERSIZE = drop("empty_or_oversize")
+NOT_CONFIRMED = drop("not_confirmed")
+NO_FLOW = drop("no_flow")
+DENIED_ADDRESS = drop("denied_address")
+FIRST_PACKET_RATE = drop("first_packet_rate")
+FIRST_PACKET_OVERFLOW = drop("first_packet_overflow")
+STUN_MALFORMED = drop("stun_malformed")
+BAD_USERNAME = drop("bad_username")
+HINT = {reason: drop("hint_" + reason) for reason in HINT_ERROR_REASONS}
+UNKNOWN_CLUSTER = drop("unknown_cluster")
+UNKNOWN_TRANSCEIVER = drop("unknown_transceiver")
+TRANSCEIVER_STUN_RATE = drop("transceiver_stun_rate")
+OTHER_HINT = drop("other_hint")
 
 
 class Admission:
@@ -86,40 +101,37 @@ class Admission:
 
     def accepts(
         self, datagram: bytes | memoryview, key: Hashable, now: int, unix_now: float
-    ) -> Target | str:
+    ) -> Target | Drop:
         """The transceiver to forward ``datagram`` from client ``key`` to, or why it is dropped.
 
         ``now`` is the worker's coarse monotonic second (budgets and flows), ``unix_now`` the wall
-        clock a hint's issue time is checked against. A drop reason is a label of
+        clock a hint's issue time is checked against. A drop's reason is a label of
         relay.counters.DROP_REASONS.
         """
         if not 0 < len(datagram) < self.slot_bytes:
-            return "empty_or_oversize"
+            return EMPTY_OR_OVERSIZE
         if CLASS_BY_FIRST_BYTE[datagram[0]] != _STUN:
-            return "not_confirmed" if key in self.flows.pending else "no_flow"
+            return NOT_CONFIRMED if key in self.flows.pending else NO_FLOW
         if self.denies(key):  # before any table is touched: it never gets a flow
-            return "denied_address"
+            return DENIED_ADDRESS
         prefix = self.keys.prefix(key)
         decided = self._hint_within_budgets(datagram, prefix, None, now, unix_now)
-        if isinstance(decided, str):
+        if isinstance(decided, Drop):
             return decided
         target, ufrag = decided
-        try:
-            self.flows.admit(key, prefix, ufrag, target.tid, now)
-        except FlowLimitError as exc:
-            return exc.reason
-        return target
+        refused = self.flows.admit(key, prefix, ufrag, target.tid, now)
+        return target if refused is None else refused
 
     def rechecks(
         self, datagram: bytes | memoryview, key: Hashable, ufrag: str, now: int, unix_now: float
-    ) -> str | None:
+    ) -> Drop | None:
         """Why a frame of an admitted, unconfirmed TCP connection (client ``key``, admitted with
         hint ``ufrag``) is dropped, or None to forward it: steps 2, 4-10, and the hint must be
         the connection's (``other_hint``)."""
         if CLASS_BY_FIRST_BYTE[datagram[0]] != _STUN:
-            return "not_confirmed"
+            return NOT_CONFIRMED
         decided = self._hint_within_budgets(datagram, self.keys.prefix(key), ufrag, now, unix_now)
-        return decided if isinstance(decided, str) else None
+        return decided if isinstance(decided, Drop) else None
 
     def _hint_within_budgets(
         self,
@@ -128,47 +140,47 @@ class Admission:
         ufrag: str | None,
         now: int,
         unix_now: float,
-    ) -> tuple[Target, str] | str:
+    ) -> tuple[Target, str] | Drop:
         """Steps 4 to 10, shared by a first packet and a pending TCP connection's frames: the
         prefix's first-packet budget, the hint's target and ufrag (the connection's own if
         ``ufrag`` is given, else ``other_hint``), then that transceiver's STUN budget."""
         budgets = self.first_packets
         if not budgets.allow(prefix, now):
-            return "first_packet_rate" if prefix in budgets else "first_packet_overflow"
+            return FIRST_PACKET_RATE if prefix in budgets else FIRST_PACKET_OVERFLOW
         decided = hint_target(datagram, self.routing, self.cluster, unix_now)
-        if isinstance(decided, str):
+        if isinstance(decided, Drop):
             return decided
         target, got = decided
         if ufrag is not None and got != ufrag:
-            return "other_hint"
+            return OTHER_HINT
         if target.health is None and not self.transceiver_checks.allow(target.tid, now):
-            return "transceiver_stun_rate"
+            return TRANSCEIVER_STUN_RATE
         return decided
 
 
 def hint_target(
     datagram: bytes | memoryview, routing: Routing, cluster: int, unix_now: float
-) -> tuple[Target, str] | str:
+) -> tuple[Target, str] | Drop:
     """The target a Binding request's hint names, with the hint (the server ufrag), or why
-    not (a drop reason): steps 5-9 of the module docstring."""
+    not: steps 5-9 of the module docstring."""
     try:
         username = binding_request_username(datagram)
     except StunError:
-        return "stun_malformed"
+        return STUN_MALFORMED
     try:
         ufrag = server_ufrag(username)
     except StunError:
-        return "bad_username"
+        return BAD_USERNAME
     verifier = routing.verifier
     assert verifier is not None, "no routing configuration applied yet"
     try:
         hint = verifier.verify(ufrag, unix_now)
     except HintError as exc:
-        return "hint_" + exc.reason
+        return HINT[exc.reason]
     if hint.cluster != cluster:
         route = routing.routes.get(hint.cluster)
-        return "unknown_cluster" if route is None else (route, ufrag)
+        return UNKNOWN_CLUSTER if route is None else (route, ufrag)
     target = routing.targets.get(hint.transceiver_id)
     if target is None:
-        return "unknown_transceiver"
+        return UNKNOWN_TRANSCEIVER
     return target, ufrag

@@ -49,6 +49,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common.verdict import Drop, drop
 from relay.ratelimit import KeyedBuckets
 
 # Target ids of routes (relay.routing: another cluster's relays) are ROUTE_ID_BASE + cluster,
@@ -70,12 +71,8 @@ EVICTIONS = (
 )
 
 
-class FlowLimitError(Exception):
-    """A new flow was refused by a limit; ``reason`` is the drop counter's label."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+# A new pending flow refused: the hint's budget of new flows is spent (a drop counter's label).
+PENDING_UFRAG_LIMIT = drop("pending_ufrag_limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +145,11 @@ class FlowTable:
         self.evicted = dict.fromkeys(EVICTIONS, 0)
 
     # -- pending ---------------------------------------------------------------------------
-    def admit(self, key: Hashable, prefix: bytes, ufrag: str, target_id: int, now: int) -> None:
-        """Record a pending flow for a verified first packet, or raise FlowLimitError.
+    def admit(
+        self, key: Hashable, prefix: bytes, ufrag: str, target_id: int, now: int
+    ) -> Drop | None:
+        """Record a pending flow for a verified first packet (None), or refuse it
+        (``PENDING_UFRAG_LIMIT``).
 
         A client that is already pending for the same ufrag (ICE retransmissions) is accepted
         without counting again; the TTL is not extended, so retransmits cannot keep it alive.
@@ -158,10 +158,10 @@ class FlowTable:
         current = self.pending.get(key)
         if current is not None:
             if current.ufrag == ufrag:
-                return
+                return None
             self._drop_pending(key, current)
         if not self.hint_budgets.allow(ufrag, now):
-            raise FlowLimitError("pending_ufrag_limit")
+            return PENDING_UFRAG_LIMIT
         lim = self.limits
         same_prefix = self._pending_of_prefix.get(prefix)
         if same_prefix is not None and len(same_prefix) >= lim.max_pending_per_prefix:
@@ -174,6 +174,7 @@ class FlowTable:
         self.pending[key] = flow
         self._link_pending(key, flow)
         self.created_pending += 1
+        return None
 
     def forget_pending(self, key: Hashable) -> None:
         """Drop a client's pending flow, if any (a TCP connection that became the flow itself:

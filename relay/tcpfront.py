@@ -46,6 +46,7 @@ import time
 from collections.abc import Hashable
 
 from common import encap
+from common.verdict import Drop
 from relay import counters as C
 from relay.addrkey import AddressKeys
 from relay.admission import Admission
@@ -266,7 +267,7 @@ class TcpFront:
         elif state == ADMITTED:
             refused = self.admission.rechecks(data, conn.key, conn.ufrag, self.now, self.wall)
             if refused is not None:
-                ctr[_DROP[refused]] += 1
+                ctr[_DROP[refused.reason]] += 1
                 return
         elif not conn.spend_bytes(len(data)):  # refilled by this round's _read
             ctr[_DROP["byte_rate"]] += 1
@@ -283,8 +284,8 @@ class TcpFront:
         """A pending connection's first frame: is it admitted (the connection then bound to its
         target and hint)? If not, the connection is closed and why counted."""
         verdict = self.admission.accepts(data, conn.key, self.now, self.wall)
-        if isinstance(verdict, str):
-            self.ctr[_DROP[verdict]] += 1
+        if isinstance(verdict, Drop):
+            self.ctr[_DROP[verdict.reason]] += 1
             self._close(conn, "first_frame")
             return False
         flows = self.admission.flows

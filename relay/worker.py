@@ -53,10 +53,11 @@ from common.encap import (
     VERSION_FAMILY_OFFSET,
 )
 from common.packet_class import CLASS_BY_FIRST_BYTE, PacketClass
+from common.verdict import Drop
 from relay import counters as C
 from relay.addresspolicy import AddressPolicy
 from relay.addrkey import AddressKeys
-from relay.admission import Admission, hint_target
+from relay.admission import NO_FLOW, Admission, hint_target
 from relay.config import RelayConfig
 from relay.control import ControlBlock
 from relay.edgeflows import EdgeFlow, EdgeFlowTable
@@ -267,9 +268,9 @@ class Worker:
         relay.admission drops it (counted here)."""
         data = self.rx_pub.data[start : start + length]
         verdict = self.admission.accepts(data, key, self.now, self.wall)
-        if isinstance(verdict, str):
-            self.ctr[_DROP[verdict]] += 1
-            if verdict == "no_flow":  # a relay restart? Redis may know the flow
+        if isinstance(verdict, Drop):
+            self.ctr[_DROP[verdict.reason]] += 1
+            if verdict is NO_FLOW:  # a relay restart? Redis may know the flow
                 self.housekeeping.look_up(key)
             return None
         self._admitted_tid = verdict.tid
@@ -672,8 +673,8 @@ class Worker:
             self.config.cluster,
             self.wall,
         )
-        if isinstance(decided, str):
-            ctr[_DROP[decided]] += 1
+        if isinstance(decided, Drop):
+            ctr[_DROP[decided.reason]] += 1
             return None
         return self.peer_flows.admit(key, decided[1], decided[0], edge, self.now)
 

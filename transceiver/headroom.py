@@ -26,6 +26,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from common.verdict import Refuse
+
 TICK_S = 0.1  # the sampling timer's period; its lateness is the loop lag
 WINDOW_S = 2.0  # averages over this; a session connected this long shows in the CPU share
 RESUME_FRACTION = 0.8  # overloaded until both inputs are under this fraction of their limits
@@ -49,18 +51,17 @@ class LoadLimits:
     retry_after_s: int = 5  # told to a client refused while overloaded
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """Why a new session is refused: ``reason`` labels the metric, ``text`` is the 503's body,
-    ``retry_after_s`` its Retry-After."""
+CAPACITY = "capacity"  # the kind of a refusal for want of capacity (common.verdict.Refuse)
 
-    reason: str
-    text: str
-    retry_after_s: int
+
+def no_capacity(reason: str, text: str, retry_after_s: int) -> Refuse:
+    """A new session refused for want of capacity: ``reason`` labels the metric, ``text`` is
+    the 503's body, ``retry_after_s`` its Retry-After."""
+    return Refuse(reason, text, 503, retry_after_s, CAPACITY)
 
 
 class Headroom:
-    """The estimator: samples in, admit (None) or a ``Refusal`` out."""
+    """The estimator: samples in, admit (None) or a refusal (``no_capacity``) out."""
 
     def __init__(self, limits: LoadLimits, window_s: float = WINDOW_S) -> None:
         self.limits = limits
@@ -107,22 +108,22 @@ class Headroom:
         per = self.session_cpu_pct(sessions - unsettled)
         return self.cpu_pct + (unsettled + 1) * per
 
-    def refusal(self, sessions: int, unsettled: int) -> Refusal | None:
+    def refusal(self, sessions: int, unsettled: int) -> Refuse | None:
         """Whether one more session fits, given the live ``sessions`` of which ``unsettled``
         are connecting or connected less than a window ago."""
         limits = self.limits
         if self.overloaded:
             if self._ratio(self.loop_lag_ms, limits.max_loop_lag_ms) >= RESUME_FRACTION:
-                return Refusal(
+                return no_capacity(
                     "loop_lag",
                     f"overloaded: event loop {self.loop_lag_ms:.0f} ms late",
                     limits.retry_after_s,
                 )
-            return Refusal(
+            return no_capacity(
                 "cpu", f"overloaded: CPU {self.cpu_pct:.0f}% of a core", limits.retry_after_s
             )
         if unsettled >= MAX_UNSETTLED and (limits.max_cpu_pct > 0 or limits.max_loop_lag_ms > 0):
-            return Refusal(
+            return no_capacity(
                 "headroom",
                 f"no headroom: {unsettled} sessions connecting",
                 math.ceil(self.window_s),
@@ -132,7 +133,7 @@ class Headroom:
             if projected > limits.max_cpu_pct:
                 # Unsettled sessions settle within a window: the projection is then measured.
                 wait_s = math.ceil(self.window_s) if unsettled else limits.retry_after_s
-                return Refusal(
+                return no_capacity(
                     "headroom",
                     f"no headroom: CPU {self.cpu_pct:.0f}% of a core, {projected:.0f}% with "
                     f"{unsettled} connecting and one more",

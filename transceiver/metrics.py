@@ -90,6 +90,19 @@ class SessionMetrics:
     data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.call.sctp)
 
 
+@dataclass(frozen=True)
+class SignalingMetrics:
+    """The metrics the WHIP handlers write, and no others (``TransceiverMetrics.for_signaling``)."""
+
+    whip_requests: Counter  # labelled by method and status
+    refusals: Counter  # new sessions refused for want of capacity, by reason
+    offers_refused: Counter  # by reason
+    migrations_failed: Counter  # by reason: here, a resume offer refused
+    session_requests_refused: Counter  # DELETE/PATCH nobody here answers, by reason
+    session_requests_forwarded: Counter  # by method
+    backend_errors: Counter
+
+
 class TransceiverMetrics:
     """Every metric of the transceiver, declared once below in the order /metrics shows them;
     an instance makes them in a registry of its own."""
@@ -327,6 +340,17 @@ class TransceiverMetrics:
         """Fold the per-packet tallies into their counters (before a scrape)."""
         for tally in self.tallies.values():
             tally.flush()
+
+    def for_signaling(self) -> SignalingMetrics:
+        return SignalingMetrics(
+            self.whip_requests,
+            self.refusals,
+            self.offers_refused,
+            self.migrations_failed,
+            self.session_requests_refused,
+            self.session_requests_forwarded,
+            self.backend_errors,
+        )
 
     def for_sessions(self) -> SessionMetrics:
         return SessionMetrics(

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.resumetoken import RESUME_TOKEN_ERROR_REASONS
+from common.verdict import Refuse
 
 MIGRATE_EVENT = "session.migrate"  # the data-channel event that asks a caller to move
 CLAIM_REFUSALS = ("no_session", "replayed", "expired")
@@ -54,12 +55,8 @@ FAILURE_REASONS: tuple[str, ...] = (
 )
 
 
-class ClaimRefused(Exception):
-    """A claim this table does not grant; ``reason`` is one of CLAIM_REFUSALS."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+# A claim this table does not grant, by reason (common.verdict.Refuse).
+NO_SESSION, REPLAYED, EXPIRED = (Refuse(reason) for reason in CLAIM_REFUSALS)
 
 
 @dataclass
@@ -93,19 +90,20 @@ class Migrations:
             raise ValueError(f"call {call_id} was claimed already")
         self._offers[call_id] = _Offer(nonce, now + self.deadline_s)
 
-    def claim(self, call_id: str, nonce: bytes, now: float, live: bool = True) -> float:
-        """Grant the claim of the token (``call_id``, ``nonce``): returns when the old call ends
-        at the latest (monotonic), or raises ClaimRefused. ``live``: the session is not ending
-        (a token of a call that is ending, unclaimed, is no_session; claimed, replayed)."""
+    def claim(self, call_id: str, nonce: bytes, now: float, live: bool = True) -> float | Refuse:
+        """Grant the claim of the token (``call_id``, ``nonce``): when the old call ends at the
+        latest (monotonic), or why not (a reason of CLAIM_REFUSALS). ``live``: the session is
+        not ending (a token of a call that is ending, unclaimed, is no_session; claimed,
+        replayed)."""
         offer = self._offers.get(call_id)
         if offer is None:
-            raise ClaimRefused("no_session")
+            return NO_SESSION
         if offer.claimed_at is not None or offer.nonce != nonce:
-            raise ClaimRefused("replayed")
+            return REPLAYED
         if now > offer.expires_at:
-            raise ClaimRefused("expired")
+            return EXPIRED
         if not live:
-            raise ClaimRefused("no_session")
+            return NO_SESSION
         offer.claimed_at = now
         offer.end_by = now + self.deadline_s
         return offer.end_by

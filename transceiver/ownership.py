@@ -3,11 +3,11 @@
 A DELETE or PATCH reaches whichever pod the load balancer picks. The resource id is signed and
 names its owner (``common.sessionid``); ``SessionRouter.route`` decides, with no I/O:
 
-1. the id does not verify (malformed, bad tag, unknown key, too old)   -> Refused(<reason>)
-2. it names another cluster                                           -> Refused("cluster")
+1. the id does not verify (malformed, bad tag, unknown key, too old)   -> Refuse(<reason>)
+2. it names another cluster                                           -> Refuse("cluster")
 3. it names this transceiver                                          -> Local(call id)
-4. the request was already forwarded once (the hop header)            -> Refused("looped")
-5. no address is configured for the owner (--peer-http[-dns])         -> Refused("no_peer")
+4. the request was already forwarded once (the hop header)            -> Refuse("looped")
+5. no address is configured for the owner (--peer-http[-dns])         -> Refuse("no_peer")
 6. otherwise                                                          -> Forward(owner, address)
 
 The address comes from our own configuration for a verified transceiver id, never from the
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from common.hint import Keyring
 from common.resumetoken import ResumeToken, ResumeTokenError, verify_resume_token
 from common.sessionid import SESSION_ID_ERROR_REASONS, SessionIdError, verify_session_id
+from common.verdict import Refuse
 
 FORWARDED_HEADER = "X-Rtcedge-Forwarded"
 """Set on a forwarded request (to the sender's transceiver id): its receiver never forwards it
@@ -67,12 +68,7 @@ class Forward:
     address: tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
-    reason: str  # one of REFUSAL_REASONS
-
-
-Route = Local | Forward | Refused
+Route = Local | Forward | Refuse  # a refusal's reason: one of REFUSAL_REASONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +97,7 @@ class Peers:
 
 
 class SessionRouter:
-    """``route(resource id, now, forwarded)``: Local, Forward or Refused (see the module)."""
+    """``route(resource id, now, forwarded)``: Local, Forward or Refuse (see the module)."""
 
     def __init__(
         self,
@@ -121,30 +117,30 @@ class SessionRouter:
         try:
             sid = verify_session_id(self.keyring, resource_id, now_s, self.max_age_s)
         except SessionIdError as exc:
-            return Refused(exc.reason)
+            return Refuse(exc.reason)
         if sid.cluster != self.cluster:
-            return Refused("cluster")
+            return Refuse("cluster")
         if sid.transceiver_id == self.transceiver_id:
             return Local(sid.call_id)
         if forwarded:
-            return Refused("looped")
+            return Refuse("looped")
         address = self.peers.address(sid.transceiver_id)
         if address is None:
-            return Refused("no_peer")
+            return Refuse("no_peer")
         return Forward(sid.transceiver_id, address)
 
-    def route_resume(self, token: str, now_s: float, max_ttl_s: float) -> Claim | Refused:
+    def route_resume(self, token: str, now_s: float, max_ttl_s: float) -> Claim | Refuse:
         """Where to claim a resume token (see the module); ``max_ttl_s``: the longest a token
         we give lives (``--migrate-deadline``)."""
         try:
             verified = verify_resume_token(self.keyring, token, now_s, max_ttl_s)
         except ResumeTokenError as exc:
-            return Refused(exc.reason)
+            return Refuse(exc.reason)
         if verified.cluster != self.cluster:
-            return Refused("cluster")
+            return Refuse("cluster")
         if verified.transceiver_id == self.transceiver_id:
-            return Refused("self")
+            return Refuse("self")
         address = self.peers.address(verified.transceiver_id)
         if address is None:
-            return Refused("no_peer")
+            return Refuse("no_peer")
         return Claim(verified, address)

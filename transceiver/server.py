@@ -22,6 +22,7 @@ from common.resumetoken import NONCE_LEN as RESUME_NONCE_LEN
 from common.resumetoken import ResumeTokenError, sign_resume_token, verify_resume_token
 from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
+from common.verdict import Refuse
 from transceiver.backend import Backend
 from transceiver.backends import create_backend
 from transceiver.call import opus, seam
@@ -31,9 +32,9 @@ from transceiver.call.outbound import AudioClock
 from transceiver.call.outbound_track import silent_packet
 from transceiver.call.session import Session, SessionContext
 from transceiver.config import TransceiverConfig
-from transceiver.headroom import TICK_S, WINDOW_S, Headroom, Refusal
+from transceiver.headroom import TICK_S, WINDOW_S, Headroom, no_capacity
 from transceiver.metrics import TransceiverMetrics
-from transceiver.migration import MIGRATE_EVENT, ClaimRefused, Migrations
+from transceiver.migration import MIGRATE_EVENT, NO_SESSION, Migrations
 from transceiver.socket.demux import Demux
 from transceiver.socket.media import MediaSocket
 from transceiver.socket.transport import DrainingTransport
@@ -41,12 +42,8 @@ from transceiver.socket.transport import DrainingTransport
 WATCHDOG_INTERVAL_S = 0.5
 
 
-class SessionLimitError(Exception):
-    """No capacity (draining, session limit, or load): ``refusal`` says which and when to retry."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.text)
-        self.refusal = refusal
+# A resume offer for a call that is already here (it re-offered to the pod it is on).
+ALREADY_HERE = Refuse("already_here", "offer rejected: the call to resume is already here", 400)
 
 
 def warm_up() -> None:
@@ -138,20 +135,24 @@ class TransceiverServer:
             if ufrag not in self.demux:  # 56 random bits: a clash is next to impossible
                 return ufrag
 
-    def capacity_refusal(self) -> Refusal | None:
+    def capacity_refusal(self, now: float | None = None, pending: int = 0) -> Refuse | None:
         """Why a new session would be refused now (draining, the session limit, or no headroom:
-        ``transceiver.headroom``), else None.
+        ``transceiver.headroom``), else None. ``now``: time.monotonic(), read if not given.
 
-        The one capacity rule: WHIP asks before reading an offer, ``create_session`` again
-        once it is read (sessions may have started meanwhile). Sessions count from the moment
-        they are created, connecting ones included, so offers admitted at once cannot overshoot.
+        The one capacity rule, decided once per offer: by WHIP's admission before it reads the
+        offer (``transceiver.signaling.admission``), with the ``pending`` offers it admitted
+        that are not sessions yet; ``create_session`` does not ask again. Sessions count from the
+        moment they are created, connecting ones included, and admitted offers before that, so
+        offers admitted at once cannot overshoot. Readiness asks it too.
         """
         retry_s = self.config.load_limits().retry_after_s
         if self.draining:
-            return Refusal("draining", "draining: no new sessions", retry_s)
-        if len(self.sessions) >= self.config.max_sessions:
-            return Refusal("max_sessions", "session limit reached", retry_s)
-        return self.headroom.refusal(len(self.sessions), self.unsettled(time.monotonic()))
+            return no_capacity("draining", "draining: no new sessions", retry_s)
+        sessions = len(self.sessions) + pending
+        if sessions >= self.config.max_sessions:
+            return no_capacity("max_sessions", "session limit reached", retry_s)
+        now = time.monotonic() if now is None else now
+        return self.headroom.refusal(sessions, self.unsettled(now) + pending)
 
     def unsettled(self, now: float) -> int:
         """Live sessions whose cost the load window does not show yet: still connecting, or
@@ -174,21 +175,21 @@ class TransceiverServer:
         region_header: str | None = None,
         offer_at: float | None = None,
         resume_of: str | None = None,
-    ) -> Session:
-        """Where a session is created: credentials, table entries, then its SDP answer.
+    ) -> Session | Refuse:
+        """Where a session is created: credentials, table entries, then its SDP answer; the
+        offer was admitted (``capacity_refusal``) and checked (``check_offer``) before.
 
         ``remote`` is the client's address as the HTTP layer determined it; ``region_header``
         the value of --region-header, only if a trusted proxy set it. Both choose the relay
         addresses the answer advertises (``transceiver.regions``). ``offer_at``: when the
         POST arrived (time.monotonic()), the start of the session's connect breakdown.
         ``resume_of``: the call id of a call that moves here (its resume token was claimed
-        from its owner): the session takes it, and the backend is told it is resumed.
+        from its owner): the session takes it, and the backend is told it is resumed, unless
+        the call is here already (``ALREADY_HERE``). What aiortc refuses of the offer raises
+        ValueError; a backend that cannot be reached, BackendError.
         """
-        refusal = self.capacity_refusal()
-        if refusal is not None:
-            raise SessionLimitError(refusal)
         if resume_of is not None and resume_of in self.sessions:
-            raise ValueError("the call to resume is already here")
+            return ALREADY_HERE
         choice = self.regions.choose(region_header, remote)
         session_id = resume_of or secrets.token_hex(CALL_ID_LEN)
         resource_id = sign_session_id(
@@ -312,9 +313,9 @@ class TransceiverServer:
                 asked += 1
         return asked
 
-    def claim_migration(self, token: str) -> tuple[str, dict[str, str]]:
+    def claim_migration(self, token: str) -> tuple[str, dict[str, str]] | Refuse:
         """The owner's side of a claim (the internal endpoint): the call id and the metadata
-        its backend got, once per token; else ClaimRefused (a reason of CLAIM_REFUSALS, or the
+        its backend got, once per token; else why not (a reason of CLAIM_REFUSALS, or the
         token's own: ``common.resumetoken``). The old session then ends when its caller hangs
         it up, or ``--migrate-deadline`` after this claim."""
         try:
@@ -322,12 +323,14 @@ class TransceiverServer:
                 self.keyring, token, time.time(), self.config.migrate_deadline_s
             )
         except ResumeTokenError as exc:
-            raise ClaimRefused(exc.reason) from None
+            return Refuse(exc.reason)
         if verified.owner != (self.config.cluster, self.config.transceiver_id):
-            raise ClaimRefused("no_session")
+            return NO_SESSION
         session = self.sessions.get(verified.call_id)
         live = session is not None and session.state not in (State.CLOSING, State.CLOSED)
-        self.migrations.claim(verified.call_id, verified.nonce, time.monotonic(), live)
+        refused = self.migrations.claim(verified.call_id, verified.nonce, time.monotonic(), live)
+        if isinstance(refused, Refuse):
+            return refused
         assert session is not None  # live
         session.moved = True
         self.metrics.migrations_claimed.inc()

@@ -11,9 +11,10 @@ import pytest
 
 from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from common.verdict import Drop
 from relay.addresspolicy import DEFAULT_DENY_NETWORKS, AddressPolicy
 from relay.addrkey import AddressKeys
-from relay.admission import Admission
+from relay.admission import FIRST_PACKET_RATE, Admission
 from relay.config import parse_networks
 from relay.control import RoutingConfig
 from relay.counters import DROP_REASONS
@@ -85,9 +86,14 @@ def with_byte(ufrag: str, index: int, value: int) -> str:
     return base64.b64encode(raw).decode()
 
 
+def as_reason(verdict: object) -> object:
+    """A drop as its reason (the counter's label); a target as it is."""
+    return verdict.reason if isinstance(verdict, Drop) else verdict
+
+
 def verdicts(adm: Admission, *datagrams: bytes, client: object = None) -> list:
     client = key() if client is None else client
-    return [adm.accepts(memoryview(d), client, NOW, UNIX_NOW) for d in datagrams]
+    return [as_reason(adm.accepts(memoryview(d), client, NOW, UNIX_NOW)) for d in datagrams]
 
 
 # -- each drop reason: a scenario whose last verdict is that reason -------------------------------
@@ -111,7 +117,7 @@ def _checks_from_many_prefixes(adm: Admission | None = None) -> list:
     """Each from its own /24, so no prefix budget is spent out: only the transceiver's is."""
     adm = adm or admission(checks_per_s=3)
     return [
-        adm.accepts(memoryview(check(hint())), key(f"93.184.{i}.1"), NOW, UNIX_NOW)
+        as_reason(adm.accepts(memoryview(check(hint())), key(f"93.184.{i}.1"), NOW, UNIX_NOW))
         for i in range(4)
     ]
 
@@ -152,6 +158,15 @@ def test_each_drop_reason_is_returned_by_its_check(reason):
 
 def test_every_drop_reason_of_a_client_packet_has_a_scenario():
     assert set(SCENARIOS) == set(DROP_REASONS) - NOT_ADMISSION - TCP_FRAMES
+
+
+def test_a_drop_is_one_object_per_reason_made_once_not_per_packet():
+    adm = admission()
+    first, second = (adm.accepts(memoryview(b"\x80rtp"), key(), NOW, UNIX_NOW) for _ in "ab")
+    assert isinstance(first, Drop) and first is second
+    forged = memoryview(check(with_byte(hint(), 0, 0x1F)))
+    hint_drops = [adm.accepts(forged, key(f"93.184.{i}.1"), NOW, UNIX_NOW) for i in range(2)]
+    assert hint_drops[0].reason == "hint_unknown_key" and hint_drops[0] is hint_drops[1]
 
 
 # -- what is accepted ---------------------------------------------------------------------------
@@ -217,7 +232,7 @@ def test_budgets_refill_with_the_time_passed_in():
     adm = admission(rate_per_s=1)
     request = check(hint())
     verdicts(adm, request, request)
-    assert adm.accepts(memoryview(request), key(), NOW, UNIX_NOW) == "first_packet_rate"
+    assert adm.accepts(memoryview(request), key(), NOW, UNIX_NOW) is FIRST_PACKET_RATE
     assert adm.accepts(memoryview(request), key(), NOW + 1, UNIX_NOW).tid == 1
 
 
@@ -252,7 +267,7 @@ def test_forged_hints_spend_no_transceiver_budget():
 # -- later frames of an admitted, unconfirmed ICE-TCP connection (rechecks) ----------------------
 def rechecks(adm: Admission, ufrag: str, *frames: bytes, client: object = None) -> list:
     client = key() if client is None else client
-    return [adm.rechecks(memoryview(f), client, ufrag, NOW, UNIX_NOW) for f in frames]
+    return [as_reason(adm.rechecks(memoryview(f), client, ufrag, NOW, UNIX_NOW)) for f in frames]
 
 
 def test_rechecks_forward_the_connections_own_checks_and_nothing_else():

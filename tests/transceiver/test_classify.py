@@ -7,8 +7,9 @@ import secrets
 import pytest
 
 from common import encap, stun
+from common.verdict import drop
 from transceiver.socket import classify
-from transceiver.socket.classify import DROP_REASONS, Classifier, Delivery, Dropped
+from transceiver.socket.classify import DROP_REASONS, Classifier, Delivery
 from transceiver.socket.demux import Demux
 
 UFRAG, PASSWORD = "ufragA", "passwordA-0123456789abcd"
@@ -106,7 +107,7 @@ def test_every_drop_reason(expected):
     for earlier, sender in before:
         assert isinstance(c.classify(earlier, sender), Delivery)
     verdict = c.classify(data, source)
-    assert verdict == Dropped(expected)
+    assert verdict == drop(expected)
     assert c.demux.addresses == len(before), "a dropped datagram teaches nothing"
 
 
@@ -118,9 +119,7 @@ def test_the_relay_memo_stays_bounded_under_spoofed_sources(monkeypatch):
     monkeypatch.setattr(classify, "MAX_RELAY_MEMO", 8)
     c = classifier(RELAYS_ONLY)
     for i in range(50):
-        assert c.classify(relayed(b"\x80rtp"), (f"192.0.2.{i}", 4000)) == Dropped(
-            "relay_not_allowed"
-        )
+        assert c.classify(relayed(b"\x80rtp"), (f"192.0.2.{i}", 4000)) == drop("relay_not_allowed")
         assert len(c._relay_allowed) <= 9
     assert isinstance(c.classify(relayed(check()), RELAY), Delivery), "a relay still passes"
 
@@ -138,9 +137,7 @@ def test_a_remembered_header_names_the_same_client_and_the_memo_is_bounded(monke
         assert c.classify(tcp, RELAY).client == (*CLIENT, "tcp")
     # Headers chosen by whoever reaches the socket: the memo never holds more than its bound.
     for port in range(1, 100):
-        assert c.classify(relayed(media, ("203.0.113.9", port)), RELAY) == Dropped(
-            "unknown_address"
-        )
+        assert c.classify(relayed(media, ("203.0.113.9", port)), RELAY) == drop("unknown_address")
         assert len(c._clients) <= 8
     # A header cut short is never taken from the memo for a whole one.
-    assert c.classify(relayed(media)[:7], RELAY) == Dropped(classify.ENCAP_MALFORMED)
+    assert c.classify(relayed(media)[:7], RELAY) == classify.ENCAP_MALFORMED

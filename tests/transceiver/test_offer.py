@@ -1,10 +1,11 @@
-"""The WHIP offer check as a plain function: text in, a cleaned offer or an OfferError out."""
+"""The WHIP offer check as a plain function: text in, a cleaned offer or a refusal out."""
 
 from __future__ import annotations
 
 import pytest
 
-from transceiver.signaling.offer import OfferError, check_offer
+from common.verdict import Refuse
+from transceiver.signaling.offer import check_offer, read_offer
 
 FINGERPRINT = "a=fingerprint:sha-256 " + ":".join(["AB"] * 32)
 ICE = ["a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl"]
@@ -54,21 +55,28 @@ def without(section: list[str], *prefixes: str) -> list[str]:
 OFFER = sdp(SESSION, audio(), APPLICATION)
 
 
+def accepted(text: str) -> str:
+    """The cleaned offer ``check_offer`` makes of ``text``, which it must not refuse."""
+    cleaned = check_offer(text)
+    assert isinstance(cleaned, str), cleaned
+    return cleaned
+
+
 def test_a_good_offer_loses_its_candidates_and_nothing_else():
-    cleaned = check_offer(OFFER)
+    cleaned = accepted(OFFER)
     assert cleaned == sdp(SESSION, without(audio(), "a=candidate:", "a=end-of"), APPLICATION)
     assert "local" not in cleaned, "no mDNS name for aiortc to resolve"
 
 
 def test_bare_newlines_are_read_and_answered_as_crlf():
-    assert check_offer(sdp(SESSION, audio(), APPLICATION, newline="\n")) == check_offer(OFFER)
+    assert accepted(sdp(SESSION, audio(), APPLICATION, newline="\n")) == accepted(OFFER)
 
 
 def test_video_is_accepted_beside_the_audio():
     video = ["m=video 9 UDP/TLS/RTP/SAVPF 96", "a=mid:2", "a=rtpmap:96 VP8/90000", *ICE]
     video += [FINGERPRINT, "a=setup:actpass"]
     session = [*SESSION[:-1], "a=group:BUNDLE 0 1 2"]
-    assert "m=video" in check_offer(sdp(session, audio(), APPLICATION, video))
+    assert "m=video" in accepted(sdp(session, audio(), APPLICATION, video))
 
 
 REFUSED = {
@@ -110,8 +118,18 @@ REFUSED = {
 @pytest.mark.parametrize("case", REFUSED)
 def test_each_refusal_is_a_400_with_its_reason(case):
     text, reason = REFUSED[case]
-    with pytest.raises(OfferError) as refused:
-        check_offer(text)
-    assert refused.value.status == 400
-    assert refused.value.reason.startswith(reason), refused.value.reason
-    assert str(refused.value) == refused.value.reason
+    refused = check_offer(text)
+    assert isinstance(refused, Refuse), refused
+    assert refused.status == 400 and refused.reason == "invalid" and refused.kind == "offer"
+    assert refused.text.startswith(reason), refused.text
+
+
+def test_a_body_that_is_not_utf8_is_refused_before_it_is_read_as_sdp():
+    assert read_offer(OFFER.encode()) == accepted(OFFER)
+    refused = read_offer(b"v=0\r\n\xff")
+    assert isinstance(refused, Refuse)
+    assert (refused.status, refused.reason, refused.text) == (
+        400,
+        "not_utf8",
+        "malformed SDP: not UTF-8",
+    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from common.hint import Keyring
 from common.sessionid import sign_session_id
-from transceiver.ownership import REFUSAL_REASONS, Forward, Local, Peers, Refused, SessionRouter
+from common.verdict import Refuse
+from transceiver.ownership import REFUSAL_REASONS, Forward, Local, Peers, SessionRouter
 
 RING = Keyring({0: bytes(range(32))}, 0)
 NOW_S = 1_750_000_000.0
@@ -37,11 +38,11 @@ def test_another_owner_is_forwarded_to_the_configured_address_only():
 
 def test_a_forwarded_request_is_never_forwarded_again():
     r = router(0, Peers({2: ("10.0.0.2", 8080)}))
-    assert r.route(sid(2), NOW_S, forwarded=True) == Refused("looped")
+    assert r.route(sid(2), NOW_S, forwarded=True) == Refuse("looped")
 
 
 def test_no_peer_configured_is_refused_as_rtcedge_up_runs_one_transceiver():
-    assert router(0).route(sid(2), NOW_S, False) == Refused("no_peer")
+    assert router(0).route(sid(2), NOW_S, False) == Refuse("no_peer")
 
 
 def test_forged_tampered_foreign_and_old_ids_are_refused_with_a_reason():
@@ -59,5 +60,5 @@ def test_forged_tampered_foreign_and_old_ids_are_refused_with_a_reason():
         sid(2, ring=Keyring({3: b"k" * 32}, 3)): "unknown_key",
     }
     for text, reason in cases.items():
-        assert r.route(text, NOW_S, False) == Refused(reason), reason
+        assert r.route(text, NOW_S, False) == Refuse(reason), reason
         assert reason in REFUSAL_REASONS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from transceiver.signaling.clients import client_address, client_key
-from transceiver.signaling.quota import RateLimiter, SessionsPerClient, retry_after
+from transceiver.signaling.quota import RateLimiter, SessionsPerClient, retry_after_s
 
 PROXIES = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8")]
 
@@ -46,7 +46,7 @@ def test_a_bucket_allows_its_burst_then_its_rate_and_says_when():
     assert limiter.take("b", 2.0) == 0.0, "another client has its own bucket"
     assert limiter.take("a", 1000.0) == 0.0 and limiter.take("a", 1000.0) == 0.0
     assert limiter.take("a", 1000.0) > 0, "refills to the burst, never beyond"
-    assert retry_after(0.2) == "1" and retry_after(2.0) == "2" and retry_after(2.1) == "3"
+    assert retry_after_s(0.2) == 1 and retry_after_s(2.0) == 2 and retry_after_s(2.1) == 3
 
 
 def test_the_bucket_table_is_bounded_and_evicts_the_longest_untouched():

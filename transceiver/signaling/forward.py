@@ -29,6 +29,7 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from common.config import format_host_port
+from common.verdict import Refuse
 from transceiver.ownership import CLAIM_PATH, FORWARDED_HEADER, RESUME_HEADER, Claim, Forward
 from transceiver.signaling.forward_budget import PeerBudget, PeerLimits, Slot
 
@@ -41,6 +42,9 @@ MAX_ANSWER_BYTES = 4096  # our own answers to DELETE/PATCH are one line of text
 MAX_CLAIM_BYTES = 16 * 1024  # a claim's answer: the call id and the call's small metadata
 # The owner's answer to a claim, by status: what the move's failure is called.
 CLAIM_STATUS_REASONS = {404: "no_session", 409: "replayed", 410: "expired"}
+_CLAIM_REFUSALS = {status: Refuse(reason) for status, reason in CLAIM_STATUS_REASONS.items()}
+OWNER_GONE = Refuse("owner_gone")  # nothing listens at its address: the pod and its calls are gone
+OWNER_FAILED = Refuse("owner_failed")  # it timed out, or broke the answer
 
 
 class PeerForwarder:
@@ -83,52 +87,52 @@ class PeerForwarder:
         resource_id: str,
         body: bytes | None,
         client: str,
-    ) -> web.Response | str:
+    ) -> web.Response | Refuse:
         """The owner's answer (status, body, the headers a WHIP client reads), or why there is
         none: no slot (``transceiver.signaling.forward_budget.BUDGET_REASONS``; ``client``: whose
         request, ``transceiver.signaling.clients.client_key``), owner_gone (nothing listens
         there: the pod and its calls are gone) or owner_failed (it timed out or broke the
         answer)."""
         slot = self.budget.take_forward(route.transceiver_id, client, time.monotonic())
-        if isinstance(slot, str):
+        if isinstance(slot, Refuse):
             return slot
         url = f"http://{format_host_port(*route.address)}/whip/{resource_id}"
         headers = {h: request.headers[h] for h in PASSED_REQUEST_HEADERS if h in request.headers}
         answer = await self._exchange(request.method, url, headers, body, slot, MAX_ANSWER_BYTES)
-        if isinstance(answer, str):
+        if isinstance(answer, Refuse):
             return answer
         status, data, answer_headers = answer
         passed = {h: answer_headers[h] for h in PASSED_ANSWER_HEADERS if h in answer_headers}
         return web.Response(status=status, body=data, headers=passed)
 
-    async def claim(self, claim: Claim, token: str) -> tuple[str, dict[str, str]] | str:
+    async def claim(self, claim: Claim, token: str) -> tuple[str, dict[str, str]] | Refuse:
         """Claim a resume token from the call's owner: (call id, the call's metadata), or why
         not: the owner's refusal (no_session, replayed, expired: ``CLAIM_STATUS_REASONS``),
         or no slot (busy, owner_failing: the claims' own budget), owner_gone, owner_failed as
         for ``forward`` (an answer that is not what a claim answers is owner_failed)."""
         slot = self.budget.take_claim(claim.token.transceiver_id, time.monotonic())
-        if isinstance(slot, str):
+        if isinstance(slot, Refuse):
             return slot
         url = f"http://{format_host_port(*claim.address)}{CLAIM_PATH}"
         answer = await self._exchange(
             "POST", url, {RESUME_HEADER: token}, None, slot, MAX_CLAIM_BYTES
         )
-        if isinstance(answer, str):
+        if isinstance(answer, Refuse):
             return answer
         status, data, _ = answer
         if status != 200:
-            return CLAIM_STATUS_REASONS.get(status, "owner_failed")
+            return _CLAIM_REFUSALS.get(status, OWNER_FAILED)
         try:
             doc = json.loads(data)
             call_id, metadata = doc["call_id"], doc["metadata"]
         except (ValueError, TypeError, KeyError):
-            return "owner_failed"
+            return OWNER_FAILED
         if (
             call_id != claim.token.call_id
             or not isinstance(metadata, dict)
             or not all(isinstance(v, str) for v in metadata.values())
         ):
-            return "owner_failed"
+            return OWNER_FAILED
         return call_id, metadata
 
     async def _exchange(
@@ -139,7 +143,7 @@ class PeerForwarder:
         body: bytes | None,
         slot: Slot,
         max_bytes: int,
-    ) -> tuple[int, bytes, CIMultiDictProxy[str]] | str:
+    ) -> tuple[int, bytes, CIMultiDictProxy[str]] | Refuse:
         """One bounded request to a peer, marked as forwarded, holding ``slot`` until it is
         over: (status, body read up to ``max_bytes``, headers), or owner_gone, owner_failed."""
         headers = {**headers, FORWARDED_HEADER: str(self.transceiver_id)}
@@ -153,13 +157,13 @@ class PeerForwarder:
         except TimeoutError as exc:  # connecting, or the whole exchange (aiohttp's are both)
             log.warning("transceiver %d timed out on a forwarded %s: %r", slot.owner, method, exc)
             timed_out = True
-            return "owner_failed"
+            return OWNER_FAILED
         except aiohttp.ClientConnectorError as exc:  # refused, unreachable, or no such name
             log.info("transceiver %d unreachable at %s: %s", slot.owner, url, exc)
-            return "owner_gone"
+            return OWNER_GONE
         except aiohttp.ClientError as exc:
             log.warning("transceiver %d failed a forwarded %s: %r", slot.owner, method, exc)
-            return "owner_failed"
+            return OWNER_FAILED
         finally:
             self.budget.release(slot, timed_out, time.monotonic())
 

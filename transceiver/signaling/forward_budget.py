@@ -1,7 +1,7 @@
 """How many requests may be passed on to fellow transceivers at once, and to which owner.
 
 The bounds of ``transceiver.signaling.forward`` (which is the I/O). Sans-I/O: owners, client keys
-and ``now`` in, a ``Slot`` or the reason for refusing one out.
+and ``now`` in, a ``Slot`` or the refusal of one (``common.verdict.Refuse``) out.
 
 Why more than one counter (issue 21, item 6): with one budget for every owner, 40 DELETEs of an
 id whose owner hangs held all 32 slots for --peer-timeout each, and a DELETE to a healthy owner
@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.verdict import Refuse
+
 # Why a slot is refused (rtcedge_transceiver_session_requests_refused_total{reason} for a forward;
 # migrations_failed_total{reason} for a claim).
 BUDGET_REASONS: tuple[str, ...] = ("busy", "owner_busy", "client_busy", "owner_failing")
+BUSY, OWNER_BUSY, CLIENT_BUSY, OWNER_FAILING = (Refuse(reason) for reason in BUDGET_REASONS)
 
 
 @dataclass(frozen=True)
@@ -58,29 +61,29 @@ class PeerBudget:
         self._per_client: dict[str, int] = {}  # forwards under way, by client key
         self._failing: dict[int, float] = {}  # owner -> refused until (now's clock)
 
-    def take_forward(self, owner: int, client: str, now: float) -> Slot | str:
+    def take_forward(self, owner: int, client: str, now: float) -> Slot | Refuse:
         """A slot for a DELETE/PATCH to ``owner`` from ``client``, or why not: the owner is
         failing, or one of the three budgets is spent (owner_busy, client_busy, busy)."""
         lim = self.limits
         if self.failing(owner, now):
-            return "owner_failing"
+            return OWNER_FAILING
         if self._per_owner.get(owner, 0) >= lim.max_per_owner:
-            return "owner_busy"
+            return OWNER_BUSY
         if self._per_client.get(client, 0) >= lim.max_per_client:
-            return "client_busy"
+            return CLIENT_BUSY
         if self.forwards >= lim.max_forwards:
-            return "busy"
+            return BUSY
         self.forwards += 1
         self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
         self._per_client[client] = self._per_client.get(client, 0) + 1
         return Slot(owner, client, claim=False)
 
-    def take_claim(self, owner: int, now: float) -> Slot | str:
+    def take_claim(self, owner: int, now: float) -> Slot | Refuse:
         """A slot for a resume claim from ``owner``, or why not (owner_failing, busy)."""
         if self.failing(owner, now):
-            return "owner_failing"
+            return OWNER_FAILING
         if self.claims >= self.limits.max_claims:
-            return "busy"
+            return BUSY
         self.claims += 1
         return Slot(owner, None, claim=True)
 

@@ -1,8 +1,9 @@
 """Checks a WHIP offer before any WebRTC state is created, with a precise reason for each refusal.
 
-Sans-I/O: text in, a cleaned offer or an ``OfferError`` (HTTP status + reason + label) out.
-The offer's ICE candidates are removed here: the transceiver never uses them (clients are learned
-through the relay), and aiortc would otherwise start resolving mDNS names on the local network.
+Sans-I/O: text in, a cleaned offer or a ``Refuse`` out (``common.verdict``: the status, the text
+answered, the label counted). The offer's ICE candidates are removed here: the transceiver never
+uses them (clients are learned through the relay), and aiortc would otherwise start resolving
+mDNS names on the local network.
 
 Before aiortc parses anything, one linear pass over the lines bounds what the parse (and the
 answer built from it) may cost (``OfferLimits``): aiortc's parse and ``setRemoteDescription`` run
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from aiortc import sdp
 
+from common.verdict import Refuse
+
 # What a refused offer is counted as (rtcedge_transceiver_offers_refused_total{reason}).
 OFFER_REFUSAL_REASONS: tuple[str, ...] = (
     "too_large",  # the body is over --max-sdp-bytes (413, by the HTTP layer)
@@ -31,15 +34,18 @@ OFFER_REFUSAL_REASONS: tuple[str, ...] = (
 )
 
 
-class OfferError(ValueError):
-    """An offer refused: ``status`` and ``reason`` are answered, ``label`` (one of
-    OFFER_REFUSAL_REASONS) counted."""
+OFFER = "offer"  # the kind of an offer's refusal (common.verdict.Refuse)
 
-    def __init__(self, status: int, reason: str, label: str = "invalid") -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.label = label
+
+def refused(text: str, label: str = "invalid", status: int = 400) -> Refuse:
+    """An offer refused: ``text`` is answered with ``status``, ``label`` (one of
+    OFFER_REFUSAL_REASONS) counted."""
+    return Refuse(label, text, status, kind=OFFER)
+
+
+def too_large(max_bytes: int) -> Refuse:
+    """An offer over --max-sdp-bytes, declared so or read so (the HTTP layer's 413)."""
+    return refused(f"offer larger than {max_bytes} bytes", "too_large", 413)
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,10 @@ SUPPORTED_AUDIO = "opus"
 DROPPED = ("a=candidate:", "a=end-of-candidates")
 
 
-def bounded_lines(text: str, limits: OfferLimits = OfferLimits()) -> list[str]:
-    """The offer's lines without candidates, or OfferError(400) naming the first limit it is
-    over. One pass, plain string tests (no regular expression to backtrack), stopping at the
-    first line over a limit: its cost is linear in the body, which the HTTP layer bounds."""
+def bounded_lines(text: str, limits: OfferLimits = OfferLimits()) -> list[str] | Refuse:
+    """The offer's lines without candidates, or a 400 naming the first limit it is over. One
+    pass, plain string tests (no regular expression to backtrack), stopping at the first line
+    over a limit: its cost is linear in the body, which the HTTP layer bounds."""
     lines: list[str] = []
     m_lines = rtpmaps = fmtps = in_section = 0
     for line in text.split("\n"):
@@ -72,68 +78,90 @@ def bounded_lines(text: str, limits: OfferLimits = OfferLimits()) -> list[str]:
         if line.startswith("m="):
             m_lines += 1
             if m_lines > limits.max_m_lines:
-                raise OfferError(
-                    400, f"the offer has more than {limits.max_m_lines} m-lines", "m_lines"
-                )
+                return refused(f"the offer has more than {limits.max_m_lines} m-lines", "m_lines")
             rtpmaps = fmtps = in_section = 0
         elif line.startswith("a=rtpmap:"):
             rtpmaps += 1
             if rtpmaps > limits.max_rtpmap_per_m_line:
-                raise OfferError(
-                    400,
+                return refused(
                     f"an m-line has more than {limits.max_rtpmap_per_m_line} a=rtpmap lines",
                     "rtpmap_lines",
                 )
         elif line.startswith("a=fmtp:"):
             fmtps += 1
             if fmtps > limits.max_fmtp_per_m_line:
-                raise OfferError(
-                    400,
+                return refused(
                     f"an m-line has more than {limits.max_fmtp_per_m_line} a=fmtp lines",
                     "fmtp_lines",
                 )
         if m_lines:
             in_section += 1
             if in_section > limits.max_lines_per_m_line:
-                raise OfferError(
-                    400,
+                return refused(
                     f"an m-line has more than {limits.max_lines_per_m_line} lines",
                     "section_lines",
                 )
         lines.append(line)
         if len(lines) > limits.max_lines:
-            raise OfferError(400, f"the offer has more than {limits.max_lines} lines", "lines")
+            return refused(f"the offer has more than {limits.max_lines} lines", "lines")
     return lines
 
 
-def check_offer(text: str, limits: OfferLimits = OfferLimits()) -> str:
-    """The offer without candidate lines, or OfferError(400, reason)."""
+def read_offer(body: bytes, limits: OfferLimits = OfferLimits()) -> str | Refuse:
+    """A POST's body as a checked offer (``check_offer``), or why not (not UTF-8 first)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return refused("malformed SDP: not UTF-8", "not_utf8")
+    return check_offer(text, limits)
+
+
+def check_offer(text: str, limits: OfferLimits = OfferLimits()) -> str | Refuse:
+    """The offer without candidate lines, or why it is refused (400): its first line, its
+    limits, aiortc's parse, then what it must hold (``_missing``)."""
     if not text.startswith("v=0"):
-        raise OfferError(400, "malformed SDP: must start with v=0")
-    cleaned = "\r\n".join(bounded_lines(text, limits)) + "\r\n"
+        return refused("malformed SDP: must start with v=0")
+    lines = bounded_lines(text, limits)
+    if isinstance(lines, Refuse):
+        return lines
+    cleaned = "\r\n".join(lines) + "\r\n"
     try:
         parsed = sdp.SessionDescription.parse(cleaned)
     except Exception as exc:  # aiortc raises ValueError, KeyError, IndexError... on bad SDP
-        raise OfferError(400, f"malformed SDP: {type(exc).__name__}: {exc}") from None
+        return refused(f"malformed SDP: {type(exc).__name__}: {exc}")
+    missing = _missing(parsed)
+    return cleaned if missing is None else refused(missing)
+
+
+def _missing(parsed: sdp.SessionDescription) -> str | None:
+    """What a parsed offer lacks, the first of: one audio m-line, known kinds of m-line each
+    with ICE credentials and a DTLS fingerprint, opus, one BUNDLE group of every m-line."""
     audio = [m for m in parsed.media if m.kind == "audio"]
     if not audio:
-        raise OfferError(400, "the offer has no audio m-line")
+        return "the offer has no audio m-line"
     if len(audio) > 1:
-        raise OfferError(400, "the offer has more than one audio m-line")
+        return "the offer has more than one audio m-line"
     for media in parsed.media:
-        if media.kind not in ("audio", "video", "application"):
-            raise OfferError(400, f"unsupported m-line kind {media.kind!r}")
-        if not media.ice.usernameFragment or not media.ice.password:
-            raise OfferError(400, f"m-line {media.rtp.muxId or media.kind} lacks ice-ufrag/ice-pwd")
-        if not media.dtls or not media.dtls.fingerprints:
-            raise OfferError(
-                400, f"m-line {media.rtp.muxId or media.kind} lacks a DTLS fingerprint"
-            )
+        lacks = _section_lacks(media)
+        if lacks is not None:
+            return lacks
     codecs = {c.mimeType.split("/")[-1].lower() for c in audio[0].rtp.codecs}
     if SUPPORTED_AUDIO not in codecs:
-        raise OfferError(400, f"unsupported audio codecs {sorted(codecs)}: opus is required")
+        return f"unsupported audio codecs {sorted(codecs)}: opus is required"
     bundle = next((g for g in parsed.group if g.semantic == "BUNDLE"), None)
     mids = [m.rtp.muxId for m in parsed.media]
     if bundle is None or not set(mids) <= set(bundle.items):
-        raise OfferError(400, "BUNDLE is required: group every m-line (a=group:BUNDLE ...)")
-    return cleaned
+        return "BUNDLE is required: group every m-line (a=group:BUNDLE ...)"
+    return None
+
+
+def _section_lacks(media: sdp.MediaDescription) -> str | None:
+    """What one m-line lacks: a kind we take, ICE credentials, a DTLS fingerprint."""
+    if media.kind not in ("audio", "video", "application"):
+        return f"unsupported m-line kind {media.kind!r}"
+    name = media.rtp.muxId or media.kind
+    if not media.ice.usernameFragment or not media.ice.password:
+        return f"m-line {name} lacks ice-ufrag/ice-pwd"
+    if not media.dtls or not media.dtls.fingerprints:
+        return f"m-line {name} lacks a DTLS fingerprint"
+    return None

@@ -93,6 +93,6 @@ class SessionsPerClient:
             self._owner[session_id] = key
 
 
-def retry_after(seconds: float) -> str:
+def retry_after_s(seconds: float) -> int:
     """A Retry-After value: whole seconds, at least 1."""
-    return str(max(1, math.ceil(seconds)))
+    return max(1, math.ceil(seconds))

@@ -1,9 +1,9 @@
 """One datagram's verdict, in order: unwrap, who may send, STUN guard, session; or a drop reason.
 
 Sans-I/O, in the manner of str0m's ``accepts``: the datagram's bytes and its source address in,
-a ``Delivery`` (session, client address, payload) or a ``Dropped`` reason out; no socket, no
-clock, no counter. ``transceiver.socket.media.MediaSocket`` receives, asks, counts and delivers. The
-order, as the code runs it:
+a ``Delivery`` (session, client address, payload) or a ``Drop`` (``common.verdict``) out; no
+socket, no clock, no counter. ``transceiver.socket.media.MediaSocket`` receives, asks, counts and
+delivers. The order, as the code runs it:
 
 1. unwrap: a datagram whose first byte is 0xFF was encapsulated by a relay (``common.encap``):
    the client is the address in its header (``encap_malformed`` if it does not decode), marked
@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from aioice import stun as aioice_stun
 
 from common import encap, stun
 from common.addr import Addr, over_tcp
+from common.verdict import Drop, drop
 from transceiver.socket.demux import DROP_REASONS as DEMUX_DROP_REASONS
 from transceiver.socket.demux import Demux
 
@@ -50,19 +50,26 @@ MAX_RELAY_MEMO = 4096  # hosts whose allowlist verdict is remembered
 MAX_HEADER_MEMO = 16384  # encapsulation headers whose client address is remembered (~3 MB)
 _HEADER_LEN = {encap.VERSION_FAMILY[f]: encap.HEADER_LEN[f] for f in encap.HEADER_LEN}
 
-ENCAP_MALFORMED = "encap_malformed"
-RELAY_NOT_ALLOWED = "relay_not_allowed"
-DIRECT_NOT_ALLOWED = "direct_not_allowed"
-EMPTY = "empty"
-STUN_MALFORMED = "stun_malformed"
-STUN_REJECTED_BY_AIOICE = "stun_rejected_by_aioice"
+# The verdicts, made once: a drop is returned, never built, per datagram (common.verdict).
+ENCAP_MALFORMED = drop("encap_malformed")
+RELAY_NOT_ALLOWED = drop("relay_not_allowed")
+DIRECT_NOT_ALLOWED = drop("direct_not_allowed")
+EMPTY = drop("empty")
+STUN_MALFORMED = drop("stun_malformed")
+STUN_REJECTED_BY_AIOICE = drop("stun_rejected_by_aioice")
+_DEMUX_DROPS = {reason: drop(reason) for reason in DEMUX_DROP_REASONS}
 DROP_REASONS = (
-    ENCAP_MALFORMED,
-    RELAY_NOT_ALLOWED,
-    DIRECT_NOT_ALLOWED,
-    EMPTY,
-    STUN_MALFORMED,
-    STUN_REJECTED_BY_AIOICE,
+    *(
+        verdict.reason
+        for verdict in (
+            ENCAP_MALFORMED,
+            RELAY_NOT_ALLOWED,
+            DIRECT_NOT_ALLOWED,
+            EMPTY,
+            STUN_MALFORMED,
+            STUN_REJECTED_BY_AIOICE,
+        )
+    ),
     *DEMUX_DROP_REASONS,
 )
 """Every reason ``Classifier.classify`` gives, in the order it checks them."""
@@ -79,11 +86,6 @@ class Delivery(NamedTuple, Generic[S]):
     learned: bool = False  # an authenticated check from a new address: the first-check deadline
 
 
-@dataclass(frozen=True, slots=True)
-class Dropped:
-    reason: str  # one of DROP_REASONS
-
-
 class Classifier(Generic[S]):
     """Decapsulation, the relay allowlist and the STUN guard in front of a ``Demux``."""
 
@@ -93,7 +95,7 @@ class Classifier(Generic[S]):
         self._relay_allowed: dict[str, bool] = {}
         self._clients: dict[bytes, Addr] = {}  # encapsulation header -> the client it names
 
-    def classify(self, data: bytes, source: Any) -> Delivery[S] | Dropped:
+    def classify(self, data: bytes, source: Any) -> Delivery[S] | Drop:
         """Decide one datagram from ``source`` (a socket address: host, port, ...)."""
         relay: Addr | None = None
         if data[:1] == b"\xff":
@@ -104,30 +106,30 @@ class Classifier(Generic[S]):
                 try:
                     client, offset = self._decode(data)
                 except encap.EncapError:
-                    return Dropped(ENCAP_MALFORMED)
+                    return ENCAP_MALFORMED
             relay = source if len(source) == 2 else (source[0], source[1])
             if self._relay_networks and not self._is_relay(source[0]):
-                return Dropped(RELAY_NOT_ALLOWED)
+                return RELAY_NOT_ALLOWED
             payload = data[offset:]
         else:
             if self._relay_networks:  # behind relays, nobody talks to the socket directly
-                return Dropped(DIRECT_NOT_ALLOWED)
+                return DIRECT_NOT_ALLOWED
             client = (source[0], source[1])
             payload = data
         if not payload:
-            return Dropped(EMPTY)
+            return EMPTY
         if payload[0] < 4:
             try:
                 stun.parse(payload)
             except stun.StunError:
-                return Dropped(STUN_MALFORMED)
+                return STUN_MALFORMED
             try:
                 aioice_stun.parse_message(payload)
             except Exception:
-                return Dropped(STUN_REJECTED_BY_AIOICE)
+                return STUN_REJECTED_BY_AIOICE
         route = self.demux.route(payload, client, relay)
         if route.session is None:
-            return Dropped(route.reason)
+            return _DEMUX_DROPS[route.reason]
         return Delivery(route.session, client, payload, route.learned)
 
     def _decode(self, data: bytes) -> tuple[Addr, int]:

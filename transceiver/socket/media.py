@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 from common import encap, stun
 from common.addr import is_tcp
+from common.verdict import Drop
 from transceiver.metrics import TransceiverMetrics
-from transceiver.socket.classify import Classifier, Dropped
+from transceiver.socket.classify import Classifier
 from transceiver.socket.demux import Demux
 
 log = logging.getLogger("rtcedge.transceiver")
@@ -65,7 +66,7 @@ class MediaSocket(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self._received.inc()
         verdict = self.classifier.classify(data, addr)
-        if isinstance(verdict, Dropped):
+        if isinstance(verdict, Drop):
             self.drop(verdict.reason)
             return
         session = verdict.session

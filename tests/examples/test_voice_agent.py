@@ -62,7 +62,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def tone_agent() -> Any:
-    with running_agent("--stand-in", "tone") as running:
+    # At real time, so that a response.cancel sent after the first delta is always in time.
+    with running_agent("--stand-in", "tone", "--speed", "1") as running:
         yield running
 
 
@@ -84,13 +85,13 @@ class Client:
         await self.ws.send_json(event)
 
     async def append(self, audio: bytes, paced: bool = False) -> None:
-        """``audio`` in 20 ms appends; ``paced``: at real time, as a caller speaks."""
-        started = time.monotonic()
-        for n, offset in enumerate(range(0, len(audio), FRAME_BYTES)):
+        """``audio`` in 20 ms appends; ``paced``: 20 ms apart at least, as a caller speaks (a
+        busy machine makes it slower, never a burst)."""
+        for offset in range(0, len(audio), FRAME_BYTES):
             chunk = base64.b64encode(audio[offset : offset + FRAME_BYTES]).decode()
             await self.send(type="input_audio_buffer.append", audio=chunk)
             if paced:
-                await asyncio.sleep(max(0.0, started + (n + 1) * 0.02 - time.monotonic()))
+                await asyncio.sleep(0.02)
 
     async def next(
         self, kind: str, after: int = 0, where: Callable[[dict], bool] = lambda e: True

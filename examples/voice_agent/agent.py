@@ -1,0 +1,333 @@
+"""A Realtime-compatible voice agent that runs offline: the server side of OpenAI's Realtime API
+over WebSocket, answering each spoken turn with "you said ..." in speech.
+
+    python3 examples/voice_agent/agent.py --listen 127.0.0.1:8765 [--key-file F] [--stand-in tone]
+
+Clients connect to ``ws://HOST:PORT/v1/realtime?model=...`` (with ``Authorization: Bearer KEY``
+when ``--key-file`` is given). This file is the I/O around ``conversation.Conversation``: the
+WebSocket, the clock that paces the answer's audio, and the worker threads where pocketsphinx
+and espeak-ng run. It prints ``ready ws://...`` once it accepts calls; SIGTERM or Ctrl-C closes
+every call (WebSocket close 1001) and exits. See README.md beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import logging
+import secrets
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import realtime_events as rt
+from aiohttp import WSCloseCode, WSMsgType, web
+from conversation import AgentConfig, Conversation, Recognize, Synthesize
+from speech import Recognizer, Synthesizer
+from turns import VoiceActivity
+
+log = logging.getLogger("voice_agent")
+
+PATH = "/v1/realtime"
+MAX_MESSAGE_BYTES = 24 * 1024 * 1024  # a 15 MiB append is 20 MiB of base64: refused in-band
+AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size
+
+
+def summary(event: dict[str, Any]) -> dict[str, Any]:
+    """What ``--log-events`` keeps of an event: its scalar fields, audio as a byte count, and
+    the parts of nested objects the tests read (a response's status and metadata...)."""
+    out: dict[str, Any] = {}
+    for key, value in event.items():
+        if key in AUDIO_FIELDS and isinstance(value, str):
+            out[f"{key}_bytes"] = len(value) * 3 // 4 - value[-2:].count("=")
+        elif value is None or isinstance(value, str | int | float | bool):
+            out[key] = value
+        elif key == "response" and isinstance(value, dict):
+            out[key] = {k: value.get(k) for k in ("id", "status", "status_details", "metadata")}
+        elif key == "item" and isinstance(value, dict):
+            out[key] = {k: value.get(k) for k in ("id", "role", "status")}
+        elif key == "error":
+            out[key] = value
+    return out
+
+
+class EventLog:
+    """``--log-events``: one JSON line per event received or sent, with its wall-clock time."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", buffering=1)
+
+    def received(self, call: str, text: str) -> None:
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {"type": None, "invalid_json": True}
+        self._write(call, "in", summary(event) if isinstance(event, dict) else {"type": None})
+
+    def sent(self, call: str, event: dict[str, Any], core: Conversation) -> None:
+        line = summary(event)
+        if event["type"] == "conversation.item.truncated":  # the transcript as cut
+            line["transcript"] = core.transcript_of(event["item_id"])
+        self._write(call, "out", line)
+
+    def _write(self, call: str, direction: str, fields: dict[str, Any]) -> None:
+        line = {"t": time.time(), "call": call, "dir": direction, **fields}
+        self._file.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclasses.dataclass
+class Agent:
+    """What every call shares: the answer's settings, the models, the worker threads."""
+
+    config: AgentConfig
+    key: str | None
+    events: EventLog | None
+    recognizer: Recognizer | None
+    synthesizer: Synthesizer | None
+    asr_pool: ThreadPoolExecutor = dataclasses.field(
+        default_factory=lambda: ThreadPoolExecutor(1, "asr")  # one decoder, one thread
+    )
+    tts_pool: ThreadPoolExecutor = dataclasses.field(
+        default_factory=lambda: ThreadPoolExecutor(2, "tts")
+    )
+    calls: set[web.WebSocketResponse] = dataclasses.field(default_factory=set)
+
+
+AGENT = web.AppKey("agent", Agent)
+
+
+def timed(work: Any, argument: Any) -> tuple[Any, float]:
+    """``work(argument)`` and how long it took (ms), measured in the worker thread."""
+    started = time.monotonic()
+    result = work(argument)
+    return result, (time.monotonic() - started) * 1000
+
+
+class Call:
+    """One WebSocket: feeds its ``Conversation``, sends what it produces, runs its jobs."""
+
+    def __init__(self, agent: Agent, ws: web.WebSocketResponse, model: str | None) -> None:
+        self.agent = agent
+        self.ws = ws
+        self.tag = secrets.token_hex(4)
+        config = dataclasses.replace(agent.config, model=model) if model else agent.config
+        self.core = Conversation(config, self.tag, VoiceActivity())
+        self._wake = asyncio.Event()  # the timer may have moved
+        self._send_lock = asyncio.Lock()  # one writer at a time, events in order
+        self._tasks: set[asyncio.Task] = set()
+
+    async def run(self) -> None:
+        self.core.start(time.monotonic())
+        await self.flush()
+        clock = asyncio.create_task(self._clock())
+        try:
+            async for message in self.ws:
+                now = time.monotonic()
+                if message.type is WSMsgType.TEXT:
+                    if self.agent.events:
+                        self.agent.events.received(self.tag, message.data)
+                    self.core.receive(message.data, now)
+                elif message.type is WSMsgType.BINARY:
+                    self.core.receive_binary(now)
+                else:
+                    break
+                await self.flush()
+        finally:
+            clock.cancel()
+            for task in self._tasks:
+                task.cancel()
+
+    async def flush(self, wake: bool = True) -> None:
+        """Send the conversation's events and start the jobs it asked for."""
+        events = self.core.events_to_send()
+        for job in self.core.jobs_to_run():
+            task = asyncio.create_task(self._run_job(job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if events:
+            async with self._send_lock:
+                for event in events:
+                    data = rt.wire(event)
+                    if self.agent.events:
+                        self.agent.events.sent(self.tag, data, self.core)
+                    with contextlib.suppress(ConnectionError):  # closing: the reader ends
+                        await self.ws.send_str(json.dumps(data))
+        if wake:
+            self._wake.set()
+
+    async def _clock(self) -> None:
+        """Sends the answer's audio when ``get_timer`` says, paced ahead of real time."""
+        while True:
+            deadline = self.core.get_timer()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            self.core.handle_timer(time.monotonic())
+            await self.flush(wake=False)
+
+    async def _run_job(self, job: Recognize | Synthesize) -> None:
+        loop = asyncio.get_running_loop()
+        agent = self.agent
+        if isinstance(job, Recognize):
+            assert agent.recognizer is not None
+            try:
+                transcript, ms = await loop.run_in_executor(
+                    agent.asr_pool, timed, agent.recognizer.transcribe, job.audio
+                )
+            except Exception:
+                log.exception("call %s: recognition failed", self.tag)
+                transcript, ms = "", 0.0
+            self.core.recognized(job.item_id, transcript, ms, time.monotonic())
+        else:
+            assert agent.synthesizer is not None
+            try:
+                audio, ms = await loop.run_in_executor(
+                    agent.tts_pool, timed, agent.synthesizer.speak, job.text
+                )
+            except Exception:
+                log.exception("call %s: synthesis failed", self.tag)
+                audio, ms = b"", 0.0
+            self.core.synthesized(job.response_id, audio, ms, time.monotonic())
+        await self.flush()
+
+
+def authorized(header: str, key: str) -> bool:
+    """``Authorization: Bearer KEY``, compared in constant time."""
+    return hmac.compare_digest(header.encode(), f"Bearer {key}".encode())
+
+
+async def realtime(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/realtime?model=...``: one call, for as long as the WebSocket lives."""
+    agent = request.app[AGENT]
+    if agent.key is not None and not authorized(
+        request.headers.get("Authorization", ""), agent.key
+    ):
+        error = {"type": "invalid_request_error", "code": "invalid_api_key"}
+        error["message"] = "Missing or wrong bearer key."
+        return web.json_response({"error": error}, status=401)
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, protocols=("realtime",))
+    await ws.prepare(request)
+    call = Call(agent, ws, request.query.get("model"))
+    agent.calls.add(ws)
+    log.info("call %s: connected from %s", call.tag, request.remote)
+    try:
+        await call.run()
+    finally:
+        agent.calls.discard(ws)
+        log.info("call %s: closed", call.tag)
+    return ws
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPv6]:PORT``; port 0 picks a free one (the ready line names it)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"--listen wants HOST:PORT, not {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def read_key(path: Path) -> str:
+    key = path.read_text().strip()
+    if not key:
+        raise SystemExit(f"--key-file {path}: empty")
+    return key
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--listen",
+        type=parse_listen,
+        default="127.0.0.1:8765",
+        metavar="HOST:PORT",
+        help="where to accept WebSockets (default %(default)s)",
+    )
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        help="a file holding the bearer key clients must send (not the key)",
+    )
+    parser.add_argument(
+        "--stand-in",
+        choices=("tone",),
+        help="tone: answer every turn at once with 1 s of 440 Hz (no ASR/TTS)",
+    )
+    parser.add_argument(
+        "--log-events",
+        type=Path,
+        metavar="FILE",
+        help="append every event received and sent as JSON lines",
+    )
+    parser.add_argument(
+        "--chunk-ms",
+        type=int,
+        default=AgentConfig.chunk_ms,
+        help="audio per response.output_audio.delta (default %(default)s)",
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=AgentConfig.speed,
+        help="answer audio sent per second, in seconds (default %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    if not 10 <= args.chunk_ms <= 1000 or args.chunk_ms % 10:
+        parser.error("--chunk-ms: a multiple of 10 between 10 and 1000")
+    if args.speed <= 0:
+        parser.error("--speed must be positive")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    tone = args.stand_in == "tone"
+    agent = Agent(
+        config=AgentConfig(stand_in=args.stand_in, chunk_ms=args.chunk_ms, speed=args.speed),
+        key=read_key(args.key_file) if args.key_file else None,
+        events=EventLog(args.log_events) if args.log_events else None,
+        recognizer=None if tone else Recognizer(),  # loaded before "ready"
+        synthesizer=None if tone else Synthesizer(),
+    )
+    app = web.Application()
+    app[AGENT] = agent
+    app.router.add_get(PATH, realtime)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    host, port = args.listen
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound_port = runner.addresses[0][1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"ready ws://{shown}:{bound_port}{PATH}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    for ws in list(agent.calls):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent stopping")
+    await runner.cleanup()
+    agent.asr_pool.shutdown(wait=False, cancel_futures=True)
+    agent.tts_pool.shutdown(wait=False, cancel_futures=True)
+    if agent.events:
+        agent.events.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    asyncio.run(serve(arguments(argv)))
+
+
+if __name__ == "__main__":
+    main()

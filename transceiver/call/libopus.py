@@ -71,6 +71,8 @@ def load() -> ctypes.CDLL:
 class LibopusDecoder:
     """Opus packets -> PCM16 LE mono at ``rate`` (one per call: libopus keeps state)."""
 
+    _state: int | None = None
+
     def __init__(self, rate: int) -> None:
         if rate not in RATES:
             raise ValueError(f"libopus decodes at {RATES} Hz, not {rate}")

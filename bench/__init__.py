@@ -1,2 +1,5 @@
-"""Benchmarks, and the real peers that they, ``rtcedge up`` and the tests run (relay and
-transceiver processes, stand-in transceivers, Redis, a NAT) and the benchmarks' aiortc callers."""
+"""Benchmarks, each against a reference measured in the same run, and their plots.
+
+What they run (the services as processes, stand-in transceivers, aiortc callers, emulated links)
+is the testbed's (testbed/), which the tests and ``rtcedge up`` share.
+"""

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from bench.webrtc_client import opus_tone_packets
+from testbed.callers import opus_tone_packets
 from transceiver.call.opus import Decoder, Encoder
 
 FRAMES_PER_S = 50  # 20 ms frames

@@ -9,10 +9,10 @@ Method. The relay and one transceiver (echo backend, pcm16) on 127.0.0.1, starte
 ``bench sessions`` does (``bench.sessions.start_services``: the transceiver on the first allowed
 CPU, the relay worker and the callers on the others), admission by load off (the burst would
 otherwise be refused in part, which is not what is measured here). Callers are real aiortc peer
-connections in worker processes (``bench/sessions_callers.py``) sending an Opus tone, each
+connections in worker processes (``testbed/caller_workers.py``) sending an Opus tone, each
 with a data channel. They are light callers by default (``--callers light``): their ICE
 reports connected as soon as its check list completes, as a browser's does
-(``bench.webrtc_client.prompt_ice``; stock aioice waits for its next 20 ms tick, which adds
+(``testbed.callers.prompt_ice``; stock aioice waits for its next 20 ms tick, which adds
 0-20 ms of the caller's own to every figure after the answer), and the callers of a worker
 process share one DTLS certificate (aiortc makes one per peer connection): 20 callers
 connecting at once on one CPU then measure the transceiver rather than aiortc's client side.
@@ -51,12 +51,10 @@ import click
 from bench.harness.bounds import Deadline
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import own_cpus_restored, pin_process
-from bench.harness.procfs import process_cpu_ns, rss_bytes
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import percentile
 from bench.harness.verdict import verdict_lines
-from bench.peers import TransceiverProcess
 from bench.plots.connect import connect_figure
 from bench.sessions import (
     FIRST_TONE_HZ,
@@ -66,7 +64,7 @@ from bench.sessions import (
     start_services,
     wait_sessions_ended,
 )
-from bench.sessions_callers import (
+from testbed.caller_workers import (
     WorkerProcess,
     callers_option,
     connect,
@@ -74,12 +72,14 @@ from bench.sessions_callers import (
     prepare_tones,
     start_workers,
 )
+from testbed.processes import TransceiverProcess
+from testbed.procfs import process_cpu_ns, rss_bytes
 from transceiver.metrics import CONNECT_PHASES as PHASES
 
 POST_TO_ANSWER_MS = 10.0  # the criteria (single call, p50; burst, p95)
 ANSWER_TO_CONNECTED_MS = 20.0
 BURST_CONNECT_P95_MS = 100.0
-# A single call's steps, from the caller's marks (bench.sessions_callers.EchoCall.summary).
+# A single call's steps, from the caller's marks (testbed.caller_workers.EchoCall.summary).
 SINGLE_STEPS = {
     "post_to_answer": ("offer_to_answer_s", None),
     "answer_to_ice": ("offer_to_ice_s", "offer_to_answer_s"),
@@ -117,7 +117,7 @@ class ConnectConfig:
     max_seconds: float = 240.0
     out_dir: str = str(RESULTS_DIR)
     quick: bool = False  # a smoke test: the criteria are not judged
-    light_callers: bool = True  # bench.sessions_callers.CallerWorker: light or stock aiortc
+    light_callers: bool = True  # testbed.caller_workers.CallerWorker: light or stock aiortc
 
     @property
     def workers(self) -> int:

@@ -23,10 +23,10 @@ import aiohttp
 import click
 
 from bench.offer_abuse import SDP_HEADERS, normal_offer
-from bench.peers import RelayProcess, TransceiverProcess, started_in_order
-from bench.webrtc_client import loopback_only
 from common.config import format_host_port
 from common.sessionid import sign_session_id
+from testbed.callers import loopback_only
+from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
 
 LEGIT_EVERY_S = 0.2
 KEEP_SESSIONS = ["--first-check-timeout", "60", "--ice-timeout", "60", "--client-rate", "0",

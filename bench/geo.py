@@ -1,7 +1,7 @@
 """``rtcedge bench geo``: callers far from the cluster, entering directly or at a near edge.
 
-Real aiortc callers (several at once, bench/sessions_callers.py) call a transceiver (echo
-backend) over emulated links on loopback (bench/linkproxy.py; no tc/netem here):
+Real aiortc callers (several at once, testbed/caller_workers.py) call a transceiver (echo
+backend) over emulated links on loopback (testbed/linkproxy.py; no tc/netem here):
 
 - ``direct``: caller -> public link (default 80 ms ± 15 ms, 2 % loss) -> cluster relay ->
   transceiver;
@@ -46,21 +46,15 @@ from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import percentile
 from bench.harness.verdict import verdict
-from bench.linkmodel import LinkSpec
-from bench.linkprobe import LinkProbe, check, direction_figures
-from bench.linkproxy import LinkProxy, LinkThread
-from bench.peers import RelayProcess, TransceiverProcess, free_port
 from bench.plots.geo import geo_figure
-from bench.sessions_callers import (
-    WorkerProcess,
-    connect,
-    hang_up,
-    link_stats,
-    mark,
-    start_workers,
-)
 from bench.sessions_step import call_figures
 from common.config import format_host_port
+from testbed.caller_workers import WorkerProcess, connect, hang_up, link_stats, mark, start_workers
+from testbed.linkmodel import LinkSpec
+from testbed.linkprobe import LinkProbe, check, direction_figures
+from testbed.linkproxy import LinkProxy, LinkThread
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess
 
 VARIANTS = ("direct", "edge")
 CLUSTER = 7

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peers import children_of
+from testbed.procfs import children_of
 
 
 @dataclass(frozen=True)

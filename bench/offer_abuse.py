@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import aiohttp
 import click
 
-from bench.harness.procfs import cpu_ns
-from bench.peers import RelayProcess, TransceiverProcess, started_in_order
-from bench.webrtc_client import EchoCaller, loopback_only
+from testbed.callers import EchoCaller, loopback_only
+from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
+from testbed.procfs import cpu_ns
 
 SDP_HEADERS = {"Content-Type": "application/sdp"}
 AUDIT_BYTES = 64 * 1024  # the size the audit's offers had (the old --max-sdp-bytes)
@@ -175,7 +175,7 @@ async def normal_offer() -> str:
     """A real aiortc offer (audio + data channel), its peer connection closed."""
     from aiortc import RTCConfiguration, RTCPeerConnection
 
-    from bench.webrtc_client import ToneTrack
+    from testbed.callers import ToneTrack
 
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     pc.addTrack(ToneTrack(440))

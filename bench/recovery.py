@@ -42,10 +42,11 @@ from bench.harness.prerequisites import REDIS_SERVER
 from bench.harness.progress import Progress
 from bench.harness.stats import percentile_nearest_index
 from bench.harness.verdict import verdict
-from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess, sessions_ended
 from bench.plots.recovery import recovery_figure
 from bench.scaledown import run_scale_down
-from bench.webrtc_client import EchoCaller, loopback_only
+from testbed.callers import EchoCaller, loopback_only
+from testbed.nat import NatProxy
+from testbed.processes import RedisServer, RelayProcess, TransceiverProcess, sessions_ended
 
 # ``path`` has no target of its own; it restores the flow from Redis like ``relay-redis``.
 TARGETS_MS = {"worker": 50, "relay-redis": 200, "relay-no-redis": 6000, "scale-down": 250}

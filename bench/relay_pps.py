@@ -53,14 +53,11 @@ from bench import nginx_ref
 from bench.harness.bounds import Deadline, poll_until
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import cpus_of, own_cpus_restored, pin_process
-from bench.harness.processes import stop_process
-from bench.harness.procfs import UdpPortStats, cpu_ns, udp_key, udp_sockets, user_system_s
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import spread
 from bench.harness.verdict import verdict_lines
 from bench.latency import LatencyResult, measure_latency, set_recv_timeout
-from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from bench.plain_forwarder import DEFAULT_BUFFER_BYTES
 from bench.plots.relay_pps import relay_figure
 from bench.udp_load import (
@@ -71,6 +68,10 @@ from bench.udp_load import (
     skb_truesize,
 )
 from common import encap, stun
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, stop_process
+from testbed.procfs import UdpPortStats, cpu_ns, udp_key, udp_sockets, user_system_s
+from testbed.standin import StandInTransceiver, hint_request
 
 HOST = "127.0.0.1"
 THROUGHPUT_TID = 3  # the stand-in transceiver that sinks the throughput flows

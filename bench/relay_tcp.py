@@ -40,17 +40,18 @@ from bench import tcp_accept
 from bench.harness.bounds import Deadline
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import own_cpus_restored, pin_process
-from bench.harness.procfs import process_cpu_ns
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.stats import spread
 from bench.harness.verdict import verdict_lines
-from bench.peers import RelayProcess, StandInTransceiver
 from bench.plots.relay_tcp import relay_tcp_figure
 from bench.relay_pps import fmt_spread, place_generator, silence
 from bench.tcp_load import close_all, open_tcp_flows, open_udp_flows, paced_send
 from bench.udp_load import rtp_like_payload
 from relay.framing import frame
+from testbed.processes import RelayProcess
+from testbed.procfs import process_cpu_ns
+from testbed.standin import StandInTransceiver
 
 TID = 3
 TRANSPORTS = ("udp", "tcp")

@@ -42,11 +42,12 @@ from typing import Any
 import click
 
 from bench.harness.pinning import pin_process
-from bench.harness.procfs import process_cpu_ns
 from bench.harness.stats import percentile
 from bench.latency import set_recv_timeout
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import stun
+from testbed.processes import RelayProcess
+from testbed.procfs import process_cpu_ns
+from testbed.standin import StandInTransceiver, hint_request
 
 VICTIM, ANSWERS, SILENT = 3, 4, 2
 VARIANTS = ("quiet", "unconfirmed", "confirmed")

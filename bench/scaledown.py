@@ -3,8 +3,8 @@ the transceiver carrying their calls is scaled down and their calls move (docs/t
 "Moving calls on scale-down").
 
 A relay, ``TRANSCEIVERS`` transceivers that know each other's WHIP ports, a round-robin HTTP
-front before them (``bench.front``: a load-balanced Service), and ``CALLERS`` real aiortc
-callers that act on ``session.migrate`` (``bench.webrtc_client.EchoCaller``), each with a tone of
+front before them (``testbed.front``: a load-balanced Service), and ``CALLERS`` real aiortc
+callers that act on ``session.migrate`` (``testbed.callers.EchoCaller``), each with a tone of
 its own. The calls start on transceiver 0; each trial SIGTERMs the transceiver carrying the most
 calls, waits for each of its callers to move (a resume offer through the front, retried after a
 503 from the draining pod), measures each moved caller's gap (the longest silence in the echo
@@ -21,12 +21,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from bench.fleet import migrating_fleet
-from bench.front import RoundRobinFront
 from bench.harness.progress import Progress
-from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
-from bench.webrtc_client import EchoCaller
 from common.sessionid import verify_session_id
+from testbed.callers import EchoCaller
+from testbed.fleet import migrating_fleet
+from testbed.front import RoundRobinFront
+from testbed.processes import RelayProcess, TransceiverProcess, sessions_ended
 
 TRANSCEIVERS = 3
 CALLERS = 4

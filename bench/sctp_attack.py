@@ -39,9 +39,9 @@ from aiortc.rtcsctptransport import (
 )
 from google_crc32c import value as crc32c
 
-from bench.harness.procfs import process_cpu_ns, rss_bytes
-from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
-from bench.webrtc_client import EchoCaller, ToneTrack, loopback_only, whip_call
+from testbed.callers import EchoCaller, ToneTrack, loopback_only, whip_call
+from testbed.processes import RelayProcess, TransceiverProcess, sessions_ended
+from testbed.procfs import process_cpu_ns, rss_bytes
 
 GAP_BLOCKS_PER_SACK = 280  # what fits one packet (4 bytes each)
 MAX_PACKET_BYTES = 1180  # an SCTP packet that fits one relay slot with DTLS around it

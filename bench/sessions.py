@@ -8,7 +8,7 @@ time per session.
 Method. All traffic is on 127.0.0.1. One transceiver (``transceiver serve``, echo backend) is
 pinned with every one of its threads to the first allowed CPU (aiortc decodes in a thread per
 receiver; new threads inherit the pin, and every step re-pins them all). The callers run in a
-few worker processes (``bench/sessions_callers.py``, several calls per process on one asyncio
+few worker processes (``testbed/caller_workers.py``, several calls per process on one asyncio
 loop), pinned to the other CPUs together with the relay (one worker) and this process. The
 callers are kept cheap so that they are not the bottleneck: each sends a tone encoded to Opus
 once at start-up (``OpusToneTrack``) and counts what comes back at the RTP level, decoding
@@ -55,21 +55,10 @@ from bench.codec_ref import measure_on
 from bench.harness.bounds import Deadline, poll_until
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import cpus_of, own_cpus_restored, pin_process, thread_affinities
-from bench.harness.processes import drain_stderr
-from bench.harness.procfs import core_pct
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import verdict
-from bench.peers import RelayProcess, TransceiverProcess
 from bench.plots.sessions import sessions_figure
-from bench.sessions_callers import (
-    WorkerProcess,
-    callers_option,
-    connect,
-    hang_up,
-    mark,
-    start_workers,
-)
 from bench.sessions_overload import print_overload, restart_with_admission, run_overload
 from bench.sessions_step import (
     TRANSCEIVER_SATURATED_PCT,
@@ -80,6 +69,16 @@ from bench.sessions_step import (
     finish,
     measure,
 )
+from testbed.caller_workers import (
+    WorkerProcess,
+    callers_option,
+    connect,
+    hang_up,
+    mark,
+    start_workers,
+)
+from testbed.processes import RelayProcess, TransceiverProcess, drain_stderr
+from testbed.procfs import core_pct
 
 MAX_LOSS_PCT = 1.0  # the acceptance criteria's frame loss bound
 MAX_ECHO_DELAY_P95_MS = 60.0
@@ -99,7 +98,7 @@ METHOD = {
     "frame_loss": "1 - audible echo frames received / (window / 20 ms), per call; "
     "window edges make it +-0.2% over 10 s, so it can be slightly negative",
     "rtp_loss": "sequence-number gaps of the echo stream in the window (RFC 3550 A.3), "
-    "counted by the caller (its receiver is replaced by bench.webrtc_client.EchoCounter)",
+    "counted by the caller (its receiver is replaced by testbed.callers.EchoCounter)",
     "cpu_per_session": "transceiver CPU time over the window (all threads, "
     "/proc/<pid>/task/*/schedstat) / N, idle cost included",
     "callers": "light (default) or stock aiortc (result's light_callers); "
@@ -127,7 +126,7 @@ class BenchConfig:
     quick: bool = False  # a smoke test: the criterion is not judged
     overload: float = 0.0  # then offer this x the largest N that passed (bench/sessions_overload)
     audio_formats: tuple[str, ...] = (PCM16, OPUS)  # the echo backend's, a series each
-    light_callers: bool = True  # bench.sessions_callers.CallerWorker: light or stock aiortc
+    light_callers: bool = True  # testbed.caller_workers.CallerWorker: light or stock aiortc
 
     @property
     def workers(self) -> int:

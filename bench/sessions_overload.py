@@ -19,10 +19,9 @@ from typing import Any
 
 from bench.harness.cli import Echo
 from bench.harness.pinning import pin_process
-from bench.harness.processes import drain_stderr
-from bench.peers import TransceiverProcess, metric_value
-from bench.sessions_callers import WorkerProcess, connect, hang_up, mark
 from bench.sessions_step import Processes, Snapshot, Step, finish, measure
+from testbed.caller_workers import WorkerProcess, connect, hang_up, mark
+from testbed.processes import TransceiverProcess, drain_stderr, metric_value
 
 REFUSAL_REASONS = ("draining", "max_sessions", "cpu", "loop_lag", "headroom")
 RETRIES = 8  # a refused caller offers again after Retry-After, as a WHIP client should
@@ -81,7 +80,7 @@ def run_overload(
     """Offer the calls of ``shares`` (``factor`` x ``capacity``) at once, each refused one again
     after its Retry-After (``RETRIES`` times, as a client would); measure the admitted ones over
     a window. ``timing``: (connect timeout, settle, window) in seconds; ``light``: light
-    callers (``bench.sessions_callers.CallerWorker``)."""
+    callers (``testbed.caller_workers.CallerWorker``)."""
     connect_timeout_s, settle_s, window_s = timing
     assert procs.trx.proc is not None
     result = Overload(factor, capacity, offered=sum(map(len, shares.values())))

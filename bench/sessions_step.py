@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.harness.procfs import core_pct, cpu_idle_s, cpu_ns, process_cpu_ns, rss_bytes
 from bench.harness.stats import median_worst, percentile
-from bench.peers import RelayProcess, TransceiverProcess, metric_value, udp_drops
-from bench.sessions_callers import WorkerProcess
+from testbed.caller_workers import WorkerProcess
+from testbed.processes import RelayProcess, TransceiverProcess, metric_value
+from testbed.procfs import core_pct, cpu_idle_s, cpu_ns, process_cpu_ns, rss_bytes, udp_drops
 
 FRAME_S = 0.02
 TRANSCEIVER_SATURATED_PCT = 95.0  # of its core: the step is the transceiver's limit
@@ -151,7 +151,7 @@ class Step:
     echo_queue_ms: dict[str, float] = field(default_factory=dict)
     echo_lag_growth_ms: dict[str, float] = field(default_factory=dict)
     echo_lag_ms: dict[str, float] = field(default_factory=dict)
-    # How late each call's echo is (bench.webrtc_client.EchoCounter.echo_delay_ms, over the
+    # How late each call's echo is (testbed.callers.EchoCounter.echo_delay_ms, over the
     # window): p50/p95/worst over the calls, and how many calls it could not be measured for.
     echo_delay_ms: dict[str, float] = field(default_factory=dict)
     relay_drops: float = 0.0

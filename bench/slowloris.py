@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess, free_port
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess
 
 # A request's start, never ended by the blank line that completes its headers.
 PARTIAL_REQUEST = b"POST /whip HTTP/1.1\r\nHost: rtcedge\r\nContent-Type: application/sdp\r\n"

@@ -32,8 +32,9 @@ import click
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtp import RtcpRrPacket
 
-from bench.peers import RelayProcess, TransceiverProcess, udp_drops
-from bench.webrtc_client import ToneTrack, loopback_only, whip_call
+from testbed.callers import ToneTrack, loopback_only, whip_call
+from testbed.processes import RelayProcess, TransceiverProcess
+from testbed.procfs import udp_drops
 
 OPUS_SILENCE = b"\xf8\xff\xfe"  # one 20 ms Opus frame of silence (RFC 6716 TOC + payload)
 BURST = 100  # packets sent back to back, then a pause: the transceiver's socket never overflows

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench.harness.procfs import process_cpu_ns
 from common.lifetime import die_with_parent
+from testbed.procfs import process_cpu_ns
 
 HOST = "127.0.0.1"
 DESIGNS = ("reuseport", "acceptor")

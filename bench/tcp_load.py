@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 
 from bench.harness.bounds import Deadline
-from bench.peers import RelayProcess, hint_request
 from bench.relay_pps import confirm_flows
 from relay.framing import FrameDecoder, frame
+from testbed.processes import RelayProcess
+from testbed.standin import hint_request
 
 HOST = "127.0.0.1"
 TICK_S = 0.0005  # the pacer's sleep when nothing is due: ~2,000 bursts a second at most

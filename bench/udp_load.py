@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from bench.harness.procfs import UdpPortStats, udp_key, udp_sockets
 from relay.mmsg import SendBatch, sockaddr_bytes
+from testbed.procfs import UdpPortStats, udp_key, udp_sockets
 
 HOST = "127.0.0.1"
 SO_RCVBUF_MIN = 1  # the kernel rounds it up to its minimum: a handful of datagrams

@@ -1,9 +1,10 @@
 """``rtcedge``: the umbrella command over both services (keyring, the whole path on one machine,
 benchmarks); each service has its own command too (``relay``, ``transceiver``).
 
-``up`` and the benchmarks start the services as child processes through bench/ and load what they
-need (aiortc and av for the benchmarks) only when their subcommand runs: ``rtcedge keygen`` and
-``rtcedge --help`` stay light and work in the image, which holds no bench/ (.dockerignore).
+``up`` and the benchmarks start the services as child processes through testbed/ and load what
+they need (aiortc and av for the benchmarks) only when their subcommand runs: ``rtcedge keygen``
+and ``rtcedge --help`` stay light and work in the image, which holds no bench/ or testbed/
+(.dockerignore).
 """
 
 from __future__ import annotations
@@ -51,14 +52,15 @@ def keygen(key_id: int, add_to) -> None:  # type: ignore[no-untyped-def]
 
 @contextlib.contextmanager
 def from_checkout(command: str) -> Iterator[None]:
-    """Imports of bench/ inside: a clear message where it is not installed (the image)."""
+    """Imports of bench/ or testbed/ inside: a clear message where they are not installed (the
+    image)."""
     try:
         yield
     except ModuleNotFoundError as exc:
-        if exc.name != "bench":
+        if exc.name not in ("bench", "testbed"):
             raise
         raise click.ClickException(
-            f"`{command}` runs from a source checkout (pip install -e .): bench/ is not "
+            f"`{command}` runs from a source checkout (pip install -e .): {exc.name}/ is not "
             "installed here"
         ) from None
 

@@ -8,8 +8,8 @@ transceiver. A relay on a wildcard (``0.0.0.0``, ``::``) is advertised under ``-
 the default route's address, which the ready line names. Ctrl-C, SIGTERM or SIGHUP (a closed
 terminal) stops everything it started. If ``up`` itself dies without cleaning up (SIGKILL), its
 children get the kernel's parent-death signal (common/lifetime.py): a relay left behind would
-keep the UDP port and silently share it with the next ``up``. The processes are bench/'s peers,
-the ones the benchmarks and tests run.
+keep the UDP port and silently share it with the next ``up``. The processes are the testbed's
+(testbed/processes.py), the ones the benchmarks and tests run.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import threading
 
 import click
 
-from bench.peers import RelayProcess, TransceiverProcess
 from common.config import format_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
 from rtcedge.checks import UpAddresses, is_wildcard
+from testbed.processes import RelayProcess, TransceiverProcess
 
 
 def run_local(

@@ -1,6 +1,6 @@
-"""Dependencies point one way: common <- relay, transceiver <- bench <- rtcedge (pyproject.toml
-[tool.importlinter], checked by lint-imports as .ci/run runs it). A backwards import, even one
-inside a function, breaks the contract; the light commands load no WebRTC stack.
+"""Dependencies point one way: common <- relay, transceiver <- testbed <- bench <- rtcedge
+(pyproject.toml [tool.importlinter], checked by lint-imports as .ci/run runs it). A backwards
+import, even one inside a function, breaks the contract; the light commands load no WebRTC stack.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from common.hint import Keyring
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rtcedge", "bench", "relay", "transceiver", "common", "tests", "fuzz")
+PACKAGES = ("rtcedge", "bench", "testbed", "relay", "transceiver", "common", "tests", "fuzz")
 WEBRTC = {"aiortc", "av", "aioice"}  # what the transceiver's sessions and the benchmarks load
 
 
@@ -65,8 +65,9 @@ LAZY = "\n\ndef _backwards() -> None:\n    {statement}  # inside a function: imp
     [
         ("transceiver/server.py", "from relay import mmsg"),  # the services are independent
         ("relay/worker.py", "from transceiver.socket import demux"),
-        ("common/sockets.py", "from bench.peers import free_port"),  # below, never above
-        ("bench/peers.py", "from rtcedge import cli"),
+        ("common/sockets.py", "from testbed.ports import free_port"),  # below, never above
+        ("testbed/processes.py", "from rtcedge import cli"),
+        ("testbed/processes.py", "from bench.harness import stats"),  # the testbed measures nothing
         ("relay/config.py", "from tests.support import waits"),  # forbidden: tests, fuzzers
         ("rtcedge/cli.py", "from fuzz import harness"),
     ],
@@ -105,13 +106,13 @@ def modules_loaded_by(module: str, args: list[str]) -> tuple[set[str], str]:
 def test_rtcedge_keygen_and_help_load_no_webrtc_stack_and_no_benchmarks():
     loaded, printed = modules_loaded_by("rtcedge.cli", ["keygen", "--key-id", "3"])
     assert Keyring.from_json(printed).signing_key_id == 3
-    assert not loaded & (WEBRTC | {"bench", "relay", "transceiver"}), loaded
+    assert not loaded & (WEBRTC | {"bench", "testbed", "relay", "transceiver"}), loaded
     loaded, printed = modules_loaded_by("rtcedge.cli", ["--help"])
     assert "keygen" in printed and "up" in printed and "bench" in printed
-    assert not loaded & (WEBRTC | {"bench"}), loaded
+    assert not loaded & (WEBRTC | {"bench", "testbed"}), loaded
 
 
 def test_relay_serve_help_loads_no_webrtc_stack():
     loaded, printed = modules_loaded_by("relay.cli", ["serve", "--help"])
     assert "--listen" in printed
-    assert not loaded & (WEBRTC | {"bench", "transceiver", "rtcedge"}), loaded
+    assert not loaded & (WEBRTC | {"bench", "testbed", "transceiver", "rtcedge"}), loaded

@@ -117,7 +117,16 @@ def test_build_context_holds_only_what_the_wheel_needs():
     assert "pyproject.toml" in sent and "README.md" in sent
     assert "transceiver/static/index.html" in sent
     assert "relay/worker.py" in sent and "common/hint.py" in sent and "rtcedge/cli.py" in sent
-    for left_out in (".git/", "tests/", "helm/", "docs/", ".ci/", "__pycache__/", "bench/"):
+    for left_out in (
+        ".git/",
+        "tests/",
+        "helm/",
+        "docs/",
+        ".ci/",
+        "__pycache__/",
+        "bench/",
+        "testbed/",
+    ):
         assert not [p for p in sent if p.startswith(left_out) or f"/{left_out}" in p], left_out
     assert not [p for p in sent if p.endswith(".pyc")]
 
@@ -160,6 +169,7 @@ def test_wheel_built_from_the_context_carries_every_module_and_the_page(tmp_path
         '[tool.setuptools.package-data] transceiver = ["static/*"] in pyproject.toml'
     )
     assert not [n for n in names if n.startswith("bench/")], "benchmarks stay out of the image"
+    assert not [n for n in names if n.startswith("testbed/")], "so does the testbed"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("relay", "transceiver", "rtcedge"):  # what the chart and CMD run

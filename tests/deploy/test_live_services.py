@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import RelayProcess, TransceiverProcess, free_port
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.deploy.render import CHART, ROOT
 
 DASHBOARD = json.loads((CHART / "dashboards" / "rtcedge.json").read_text())

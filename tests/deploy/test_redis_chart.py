@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.peers import free_port
+from testbed.ports import free_port
 from tests.deploy.render import PUBLIC, container, env_of, merge, one, render, workload
 
 

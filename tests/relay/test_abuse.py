@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request, udp_drops
 from common import stun
+from testbed.processes import RelayProcess
+from testbed.procfs import udp_drops
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import SpoofingSender, collect, udp_client
 from tests.support.waits import wait_for
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.peers import RelayProcess, StandInTransceiver, free_port, hint_request
 from relay.allowlist import AllowlistResolver
+from testbed.ports import free_port
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.relay_config import relay_config as config
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import socket
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import SpoofingSender, collect, udp_client
 from tests.support.waits import wait_for
 

@@ -13,9 +13,10 @@ import secrets
 import socket
 import time
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import SpoofingSender, collect, drain, udp, udp_client
 from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 from tests.support.waits import wait_for

@@ -6,8 +6,9 @@ import socket
 import time
 from pathlib import Path
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import wait_for
 

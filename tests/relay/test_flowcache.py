@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from bench.peers import RedisServer
 from relay import flowcache
 from relay.flowcache import RedisAuth, RedisFlowCache, _parse_value, redis_key
+from testbed.processes import RedisServer
 from tests.support.waits import wait_for
 
 CLIENT = ("203.0.113.7", 5000)

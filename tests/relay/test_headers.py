@@ -8,10 +8,10 @@ import socket
 
 import pytest
 
-from bench.peers import hint_request
 from common import encap
 from relay.headers import WIRE, address_copy_plan, address_fields
 from relay.mmsg import NAME_STRIDE, sockaddr_bytes
+from testbed.standin import hint_request
 from tests.support.loopback import udp
 from tests.support.relay_worker import make_worker
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from bench.peers import RelayProcess, free_port
 from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
 from common.hint import Keyring
 from relay.cli import main as relay_main
+from testbed.ports import free_port
+from testbed.processes import RelayProcess
 from tests.support.waits import wait_for
 
 HEADER_TIMEOUT_S = 3.0

@@ -17,12 +17,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench.peers import RedisServer, RelayProcess, StandInTransceiver, hint_request
 from common.config import ConfigError
 from relay.cli import build_config
 from relay.cli import main as relay_main
 from relay.config import redis_password
 from relay.flowcache import RedisAuth
+from testbed.processes import RedisServer, RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import wait_for
 

@@ -6,7 +6,8 @@ import time
 
 import redis
 
-from bench.peers import RedisServer, RelayProcess, StandInTransceiver, hint_request
+from testbed.processes import RedisServer, RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import wait_for
 

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap, stun
 from common.hint import NONCE_LEN, Keyring, sign_hint
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import wait_for
 

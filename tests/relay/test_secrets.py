@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from bench.peers import RelayProcess, TransceiverProcess
+from testbed.processes import RelayProcess, TransceiverProcess
 
 
 def secrets_of(relay: RelayProcess) -> list[bytes]:

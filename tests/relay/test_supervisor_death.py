@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
-from bench.peers import RelayProcess, free_port
+from testbed.ports import free_port
+from testbed.processes import RelayProcess
 from tests.support.processes import alive, identities, kill_all, udp_port_free
 from tests.support.waits import wait_for
 

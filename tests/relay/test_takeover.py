@@ -8,8 +8,9 @@ import socket
 
 import pytest
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from relay.portclaim import claim_name, holder_of
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.processes import alive, identities, kill_all, udp_port_free
 from tests.support.waits import wait_for

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
 from common import encap, stun
 from relay.framing import frame
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import FramedClient, collect, udp_client
 from tests.support.waits import wait_for
 

@@ -11,9 +11,11 @@ import socket
 import pytest
 import redis
 
-from bench.peers import RedisServer, RelayProcess, StandInTransceiver, free_port, hint_request
 from common import encap, stun
 from relay.flows import route_id
+from testbed.ports import free_port
+from testbed.processes import RedisServer, RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import drain, udp
 from tests.support.waits import wait_for
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.peers import RelayProcess, StandInTransceiver
 from relay.cli import build_config
 from relay.cli import main as relay_main
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver
 from tests.relay.test_redis_auth import PASSWORD, AuthRedisServer, call_through
 from tests.support.waits import wait_for
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import socket
 
-from bench.peers import hint_request
 from common import encap
 from relay.worker import Worker
+from testbed.standin import hint_request
 from tests.support.loopback import drain, udp
 from tests.support.relay_worker import DROP_SLOT, make_worker, read_all
 

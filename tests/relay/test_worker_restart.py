@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
-from bench.peers import RelayProcess, StandInTransceiver, hint_request
+from testbed.processes import RelayProcess
+from testbed.standin import StandInTransceiver, hint_request
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import wait_for
 

@@ -15,8 +15,8 @@ import socket
 import aioice.ice
 import pytest
 
-from bench.peers import free_port
 from rtcedge.checks import default_route_address
+from testbed.ports import free_port
 from tests.support.tone_call import run_client
 from tests.support.up import running_up
 from tests.support.waits import run

@@ -8,8 +8,8 @@ import os
 import socket
 from pathlib import Path
 
-from bench.peers import free_port
-from tests.support.processes import descendants
+from testbed.ports import free_port
+from testbed.procfs import descendants
 from tests.support.up import running_up
 
 TOKEN = "sk-backend-5e2d91"

@@ -18,8 +18,9 @@ import threading
 
 import pytest
 
-from bench.peers import free_port
-from tests.support.processes import alive, descendants, identities, udp_port_free
+from testbed.ports import free_port
+from testbed.procfs import descendants
+from tests.support.processes import alive, identities, udp_port_free
 from tests.support.up import READY_TIMEOUT_S, REPO, end_up, wait_ready
 from tests.support.waits import wait_for
 

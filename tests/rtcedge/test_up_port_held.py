@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.peers import children_of, free_port
-from tests.support.processes import descendants, identities, kill_all
+from testbed.ports import free_port
+from testbed.procfs import children_of, descendants
+from tests.support.processes import identities, kill_all
 from tests.support.up import READY_TIMEOUT_S, REPO, wait_ready
 
 

@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 
-from bench.peers import TransceiverProcess, free_port
+from testbed.ports import free_port
+from testbed.processes import TransceiverProcess
 from tests.support.up import READY_TIMEOUT_S, REPO, up_command, up_env
 
 

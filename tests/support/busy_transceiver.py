@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peers import TransceiverProcess
+from testbed.processes import TransceiverProcess
 
 
 def burn_while(flag: Path) -> None:

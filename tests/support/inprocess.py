@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from bench.peers import free_port
 from common.hint import Keyring
+from testbed.ports import free_port
 from transceiver.backend import Backend
 from transceiver.config import TransceiverConfig
 from transceiver.server import TransceiverServer

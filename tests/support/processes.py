@@ -1,5 +1,6 @@
-"""Processes a test started, found and followed through /proc: who descends from whom, who is
-still alive (the same process, not a reused PID), whether a port they held is free again."""
+"""Processes a test started, followed through /proc: who is still alive (the same process, not a
+reused PID), whether a port they held is free again. Who descends from whom is
+``testbed.procfs.descendants``, the walk the launchers use too."""
 
 from __future__ import annotations
 
@@ -8,20 +9,6 @@ import os
 import signal
 import socket
 from pathlib import Path
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, from /proc/<pid>/task/*/children, recursively."""
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            with contextlib.suppress(OSError, ValueError):
-                for child in (task / "children").read_text().split():
-                    found.append(int(child))
-                    pending.append(int(child))
-    return found
 
 
 def start_time(pid: int) -> str | None:

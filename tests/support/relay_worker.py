@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.peers import free_port
 from common.hint import Keyring
 from relay.addresspolicy import LOOPBACK_NETWORKS
 from relay.config import RelayConfig, parse_networks
@@ -14,6 +13,7 @@ from relay.counters import DROP_INDEX, DROPS, CounterArea
 from relay.journal import FlowJournal
 from relay.supervisor import open_sockets
 from relay.worker import Worker
+from testbed.ports import free_port
 from tests.support.waits import wait_for
 
 # Drop reason -> its index in a worker's counter block.

@@ -19,7 +19,7 @@ import av
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from bench.webrtc_client import RATE, ToneTrack, goertzel_power, loopback_only
+from testbed.callers import RATE, ToneTrack, goertzel_power, loopback_only
 
 
 @dataclass

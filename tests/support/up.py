@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.processes import descendants, identities, kill_all
+from testbed.procfs import descendants
+from tests.support.processes import identities, kill_all
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 

@@ -8,7 +8,7 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from multidict import CIMultiDict
 
-from bench.webrtc_client import ToneTrack
+from testbed.callers import ToneTrack
 
 SDP = {"Content-Type": "application/sdp"}  # the headers of a WHIP offer
 

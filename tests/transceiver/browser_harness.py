@@ -21,7 +21,7 @@ of calls 2..N (``connect_p50_ms``: the first call warms the stack up): POST -> a
 answer -> ICE connected, -> connected (DTLS), answer -> connected and answer applied ->
 connected.
 
-``--migrate`` (with ``--stack 'python -m bench.fleet --http {http} --relay {relay}'``: a relay,
+``--migrate`` (with ``--stack 'python -m testbed.fleet --http {http} --relay {relay}'``: a relay,
 three transceivers that move calls, and a round-robin front serving the page) scales down the
 transceiver carrying the call once audio flows: it finds it by its sessions (each transceiver's
 metrics, from the stack's ``stack: {json}`` line), SIGTERMs it by its PID, waits for the page to
@@ -55,9 +55,9 @@ from typing import Any
 
 import aiohttp
 
-from bench.fleet import STACK_LINE
-from bench.peers import metric_value
 from common.config import format_host_port
+from testbed.fleet import STACK_LINE
+from testbed.processes import metric_value
 
 DEFAULT_STACK = "rtcedge up --http {http} --relay {relay}"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
@@ -699,7 +699,7 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
         "--migrate",
         action="store_true",
         help="scale down the call's transceiver once audio flows; the page must move the call "
-        "(a stack like bench.fleet: several transceivers, a 'stack: {json}' line)",
+        "(a stack like testbed.fleet: several transceivers, a 'stack: {json}' line)",
     )
     parser.add_argument(
         "--repeat",

@@ -1,5 +1,5 @@
 """Every transceiver test's aiortc clients gather loopback candidates only."""
 
-from bench.webrtc_client import loopback_only
+from testbed.callers import loopback_only
 
 loopback_only()

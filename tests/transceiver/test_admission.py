@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bench.peers import RelayProcess, TransceiverProcess
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.busy_transceiver import BusyTransceiverProcess
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.peers import RelayProcess, TransceiverProcess
 from rtcedge.cli import main as rtcedge_main
+from testbed.processes import RelayProcess, TransceiverProcess
 from transceiver.cli import main as transceiver_main
 
 TOKEN = "sk-backend-7c1f0e9a"

@@ -1,7 +1,7 @@
 """A real browser's call moves when its transceiver is scaled down (docs/transceiver.md, "Moving
 calls on scale-down"): the page's ``session.migrate`` code in headless Chromium.
 
-In a loopback-only namespace (as in ``test_browser.py``) the harness runs ``bench.fleet``: a
+In a loopback-only namespace (as in ``test_browser.py``) the harness runs ``testbed.fleet``: a
 relay, three transceivers that move calls (``--peer-http``) and a round-robin front that serves
 the page and takes its WHIP requests. The page calls (Talk), audio flows, then the harness
 SIGTERMs the transceiver carrying the call, found by its sessions. The page must get
@@ -25,7 +25,7 @@ from tests.transceiver.test_browser import (
     run_harness,
 )
 
-STACK = f"{sys.executable} -m bench.fleet --http {{http}} --relay {{relay}}"
+STACK = f"{sys.executable} -m testbed.fleet --http {{http}} --relay {{relay}}"
 
 
 @pytest.fixture(scope="module")

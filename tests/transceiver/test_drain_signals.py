@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bench.peers import RelayProcess, TransceiverProcess
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import run, wait_for
 from tests.support.whip import make_offer, post
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import RelayProcess, TransceiverProcess
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import wait_for
 
 TONES = [440.0, 660.0, 880.0, 1100.0, 1320.0]

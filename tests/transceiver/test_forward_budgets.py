@@ -22,10 +22,10 @@ import time
 
 import aiohttp
 
-from bench.peers import RelayProcess, TransceiverProcess, started_in_order
 from common.config import format_host_port
 from common.resumetoken import NONCE_LEN, sign_resume_token
 from common.sessionid import sign_session_id
+from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
 from tests.support.inprocess import direct_config, ended, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer, post

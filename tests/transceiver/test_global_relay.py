@@ -22,9 +22,10 @@ import time
 
 import pytest
 
-from bench.peers import RelayProcess, TransceiverProcess, free_port
-from bench.webrtc_client import EchoCaller
 from common.config import format_host_port
+from testbed.callers import EchoCaller
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import run
 
 CLUSTER = 1

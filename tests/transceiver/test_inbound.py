@@ -10,7 +10,7 @@ import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
-from bench.webrtc_client import opus_tone_packets
+from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16, OpusFrame
 from transceiver.call.inbound import (
     FOREIGN,

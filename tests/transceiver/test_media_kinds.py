@@ -15,7 +15,7 @@ import av
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import VideoStreamTrack
 
-from bench.webrtc_client import EchoTimes, ToneTrack
+from testbed.callers import EchoTimes, ToneTrack
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run
 

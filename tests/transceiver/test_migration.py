@@ -17,11 +17,11 @@ import time
 import aiohttp
 import pytest
 
-from bench.fleet import migrating_fleet
-from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, TransceiverProcess, started_in_order
-from bench.webrtc_client import EchoCaller
 from common.sessionid import verify_session_id
+from testbed.callers import EchoCaller
+from testbed.fleet import migrating_fleet
+from testbed.front import RoundRobinFront
+from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import SDP, make_offer

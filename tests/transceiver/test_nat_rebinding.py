@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.peers import NatProxy, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoCaller
+from testbed.callers import EchoCaller
+from testbed.nat import NatProxy
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import run, wait_for
 
 

@@ -7,7 +7,7 @@ import array
 import av
 import pytest
 
-from bench.webrtc_client import goertzel_power, opus_tone_packets
+from testbed.callers import goertzel_power, opus_tone_packets
 from transceiver.call.opus import (
     MAX_PACKET_BYTES,
     Decoder,

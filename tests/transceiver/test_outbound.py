@@ -21,7 +21,7 @@ from aiortc.rtcrtpparameters import (
 from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
-from bench.webrtc_client import opus_tone_packets
+from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16
 from transceiver.call.inbound import (
     UNPROTECT_FAILED,

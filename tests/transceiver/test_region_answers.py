@@ -16,9 +16,10 @@ import aiohttp
 import pytest
 from aioice.ice import CandidatePair
 
-from bench.peers import RelayProcess, TransceiverProcess, free_port
-from bench.webrtc_client import EchoCaller
 from common.config import format_host_port
+from testbed.callers import EchoCaller
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import run
 from tests.support.whip import SDP, make_offer
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.peers import NatProxy, RedisServer, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoCaller
+from testbed.callers import EchoCaller
+from testbed.nat import NatProxy
+from testbed.processes import RedisServer, RelayProcess, TransceiverProcess
 from tests.support.waits import run, wait_until
 
 TO_CLIENT = {"direction": "transceiver_to_client"}

@@ -15,9 +15,10 @@ import time
 
 from aiortc import RTCPeerConnection
 
-from bench.peers import NatProxy, RelayProcess, TransceiverProcess
-from bench.webrtc_client import EchoCaller
 from common import stun
+from testbed.callers import EchoCaller
+from testbed.nat import NatProxy
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.loopback import collect, udp_client
 from tests.support.waits import run, wait_for, wait_until
 from tests.support.whip import post, sdp_value

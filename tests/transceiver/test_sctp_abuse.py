@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.harness.procfs import rss_bytes
-from bench.peers import RelayProcess, TransceiverProcess, sessions_ended
 from bench.sctp_attack import SctpAttacker, data_channel_drops
-from bench.webrtc_client import EchoCaller, loopback_only
+from testbed.callers import EchoCaller, loopback_only
+from testbed.processes import RelayProcess, TransceiverProcess, sessions_ended
+from testbed.procfs import rss_bytes
 from tests.support.waits import run
 
 MAX_RSS_GROWTH_BYTES = 1_000_000

@@ -20,7 +20,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from bench.peers import RelayProcess, TransceiverProcess
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_for
 from tests.support.whip import SDP, make_offer

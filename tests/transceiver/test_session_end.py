@@ -7,8 +7,8 @@ import signal
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from bench.peers import RelayProcess, TransceiverProcess
-from bench.webrtc_client import ToneTrack
+from testbed.callers import ToneTrack
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.inprocess import direct_config, ended, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until

@@ -20,12 +20,13 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from bench.fleet import migrating_fleet
-from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, free_port, started_in_order
-from bench.webrtc_client import EchoCaller
 from common.hint import Keyring
 from common.sessionid import sign_session_id, verify_session_id
+from testbed.callers import EchoCaller
+from testbed.fleet import migrating_fleet
+from testbed.front import RoundRobinFront
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, started_in_order
 from tests.support.inprocess import direct_config, running
 from tests.support.waits import run, wait_until
 from tests.support.whip import make_offer, post

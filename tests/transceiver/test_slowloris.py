@@ -14,9 +14,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from bench.peers import RelayProcess, TransceiverProcess
 from bench.slowloris import close_all, first_reply, open_slow, wait_all_closed
 from common.hint import Keyring
+from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.waits import run, wait_for
 from tests.support.whip import make_offer, post
 from transceiver.cli import main as transceiver_main

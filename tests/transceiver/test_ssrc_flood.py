@@ -10,9 +10,8 @@ junk packet, DELETE) are ``python3 -m bench.ssrc_flood``'s.
 
 from __future__ import annotations
 
-from bench.harness.procfs import udp_socket_rows
-from bench.peers import udp_drops
 from bench.ssrc_flood import FloodCaller, direct_transceiver, foreign_ssrc_drops, rss_bytes
+from testbed.procfs import udp_drops, udp_socket_rows
 from tests.support.waits import run, wait_until
 from transceiver.call.ssrc import MAX_SSRCS_PER_CALL
 

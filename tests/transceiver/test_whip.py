@@ -9,8 +9,8 @@ import time
 
 import aiohttp
 
-from bench.peers import free_port
 from common.sessionid import verify_session_id
+from testbed.ports import free_port
 from tests.support.inprocess import direct_config, running
 from tests.support.tone_call import run_client
 from tests.support.waits import run, wait_until

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.webrtc_client import DELAY_LEVELS, EchoCounter, opus_tone_packets
+from testbed.callers import DELAY_LEVELS, EchoCounter, opus_tone_packets
 from transceiver.call.opus import Encoder
 
 

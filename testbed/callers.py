@@ -1,4 +1,4 @@
-"""Real aiortc callers for the benchmarks (and tests): a tone, WHIP, the echo measured.
+"""Real aiortc callers for the tests and the benchmarks: a tone, WHIP, the echo measured.
 
 A caller sends a sine tone of its own frequency and measures, in what comes back, the power at
 its own frequency (Goertzel), so "hears its own audio" is told from "hears someone else's".

@@ -1,11 +1,12 @@
-"""Real processes and sockets around a relay: what the benchmarks, ``rtcedge up`` and tests run.
+"""The services as child processes on loopback: what the benchmarks, ``rtcedge up`` and tests run.
 
-- ``RelayProcess`` runs ``relay serve`` as a child process and finds its workers.
-- ``StandInTransceiver`` is the transceiver end of the encapsulation, minus WebRTC: it answers
-  every Binding request with a Binding success (which confirms the flow at the relay) and echoes
-  every other payload back, prefixed with its own id so a test can tell who answered.
-- ``hint_request`` builds the first packet of a flow: a Binding request whose USERNAME carries a
-  signed hint.
+- ``RelayProcess`` runs ``relay serve`` and finds its workers; ``TransceiverProcess`` runs
+  ``transceiver serve`` behind one; ``RedisServer`` a throwaway ``redis-server``.
+- ``started_in_order`` starts several and stops those that started, last first.
+- ``stop_process`` and ``drain_stderr``: any child, stopped by its PID, its captured stderr kept
+  flowing.
+
+Each is a real process that a test can kill, restart or read through /proc (testbed/procfs.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import secrets
-import select
 import shutil
 import signal
 import socket
@@ -25,27 +24,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench.harness.processes import stop_process
-from bench.harness.procfs import udp_socket_rows
-from common import encap, stun
 from common.config import format_host_port
-from common.hint import NONCE_LEN, Keyring, sign_hint
+from common.hint import Keyring
 from common.lifetime import parent_death_preexec
-from common.sockets import set_buffers
 from relay.addresspolicy import LOOPBACK_NETWORKS
-
-
-def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_DGRAM) -> int:
-    with socket.socket(family_of(host), kind) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def family_of(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
+from testbed.ports import free_port, free_port_range
+from testbed.procfs import children_of, socket_inodes, tcp_listener_inodes, udp_socket_rows
 
 
 @contextlib.contextmanager
@@ -61,54 +47,6 @@ def started_in_order(*processes: Any) -> Iterator[None]:
     finally:
         for process in reversed(started):
             process.stop()
-
-
-def free_port_range(host: str, count: int) -> int:
-    """A base port such that base..base+count-1 are free for UDP right now."""
-    for _ in range(200):
-        base = free_port(host)
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for i in range(count):
-                s = socket.socket(family_of(host), socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind((host, base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
-def hint_request(
-    keyring: Keyring,
-    cluster: int,
-    transceiver_id: int,
-    now_s: float | None = None,
-    client_ufrag: str = "cli0",
-) -> tuple[bytes, str]:
-    """A Binding request to the transceiver's signed ufrag; returns (packet, ufrag)."""
-    ufrag = sign_hint(
-        keyring,
-        cluster,
-        transceiver_id,
-        time.time() if now_s is None else now_s,
-        secrets.token_bytes(NONCE_LEN),
-    )
-    packet = stun.binding_request(f"{ufrag}:{client_ufrag}", secrets.token_bytes(12))
-    return packet, ufrag
-
-
-def children_of(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
 
 
 @dataclass
@@ -259,92 +197,6 @@ class RelayProcess:
         self.stop()
 
 
-class StandInTransceiver:
-    """A transceiver stand-in on a real UDP socket, served by a thread.
-
-    Replies go back to the relay address each packet came from, as a real transceiver's do.
-    Set ``reading = False`` to stop reading (the socket then becomes a sink that costs no CPU).
-    """
-
-    def __init__(self, tid: int, host: str = "127.0.0.1", echo: bool = True, port: int = 0) -> None:
-        self.tid = tid
-        self.sock = socket.socket(family_of(host), socket.SOCK_DGRAM)
-        set_buffers(self.sock, 4 << 20)  # bursts in tests must not be lost in the kernel
-        self.sock.bind((host, port))
-        self.sock.settimeout(0.05)
-        self.address: tuple[str, int] = self.sock.getsockname()[:2]
-        self.echo = echo
-        self.reading = True
-        self.received: list[tuple[str, int, bytes]] = []  # (client ip, client port, payload)
-        self.received_flags: list[int] = []  # the header's flags of each, e.g. encap.FLAG_TCP
-        self.relay_addresses: set[tuple[str, int]] = set()
-        self.relay_of_client: dict[tuple[str, int], tuple[str, int]] = {}  # the latest path
-        self.stun_requests = 0
-        self.malformed: list[tuple[str, int, bytes]] = []  # STUN that did not parse
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True, name=f"standin-{tid}")
-
-    def start(self) -> StandInTransceiver:
-        self._thread.start()
-        return self
-
-    def _serve(self) -> None:
-        prefix = f"T{self.tid}:".encode()
-        while not self._stop.is_set():
-            if not self.reading:
-                time.sleep(0.01)
-                continue
-            try:
-                data, relay = self.sock.recvfrom(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            hdr, off = encap.decode_header(data)
-            payload = data[off:]
-            self.relay_addresses.add(relay[:2])
-            self.relay_of_client[(hdr.client_ip, hdr.client_port)] = relay[:2]
-            self.received_flags.append(hdr.flags)
-            self.received.append((hdr.client_ip, hdr.client_port, payload))
-            if payload[:1] and payload[0] < 4:
-                try:
-                    msg = stun.parse(payload)
-                except stun.StunError:
-                    self.malformed.append((hdr.client_ip, hdr.client_port, payload))
-                    continue
-                if msg.msg_type == stun.BINDING_REQUEST:
-                    self.stun_requests += 1
-                    reply = stun.binding_success(
-                        msg.transaction_id, (hdr.client_ip, hdr.client_port)
-                    )
-                    self.sock.sendto(data[:off] + reply, relay)
-                continue
-            if self.echo:
-                self.sock.sendto(data[:off] + prefix + payload, relay)
-
-    def send_to_client(
-        self, relay: tuple[str, int], client: tuple[str, int], payload: bytes, flags: int = 0
-    ) -> None:
-        """``flags=encap.FLAG_TCP``: to a client's TCP connection at the relay."""
-        self.sock.sendto(encap.encapsulate(payload, client[0], client[1], flags=flags), relay)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
-
-    def __enter__(self) -> StandInTransceiver:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def udp_drops(port: int) -> int:
-    """Datagrams the kernel dropped at a UDP socket bound to ``port`` (/proc/net/udp{,6})."""
-    return sum(row.drops for row in udp_socket_rows() if row.port == port)
-
-
 @dataclass
 class TransceiverProcess:
     """``transceiver serve`` in a child process, behind ``relay`` (a started RelayProcess)."""
@@ -459,34 +311,10 @@ def sessions_ended(trx: TransceiverProcess) -> dict[str, float]:
     }
 
 
-def socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets ``pid`` holds open (/proc/PID/fd)."""
-    inodes = set()
-    with contextlib.suppress(OSError):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-    return inodes
-
-
-def tcp_listener_inodes(port: int) -> set[str]:
-    """The inodes of TCP sockets listening on ``port`` (/proc/net/tcp{,6}, state 0A)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
-                    inodes.add(fields[9])
-    return inodes
-
-
 def _popen(
     command: list[str], env: dict[str, str], quiet: bool, die_with_parent: bool
 ) -> subprocess.Popen[bytes]:
-    """A peer's process: stderr captured when ``quiet``, ended with its parent if asked."""
+    """A service's process: stderr captured when ``quiet``, ended with its parent if asked."""
     return subprocess.Popen(
         command,
         env=env,
@@ -558,73 +386,24 @@ class RedisServer:
         self.stop()
 
 
-class NatProxy:
-    """A loopback NAT for one client: it sends on through an outside socket it can move.
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
-    The client talks to ``inside`` (advertise it to the client as the relay's address); the
-    proxy forwards to ``upstream`` from its outside socket and relays the answers back.
-    ``rebind()`` moves the outside socket to a new address and port, as a NAT rebinding does.
-    """
 
-    def __init__(self, upstream: tuple[str, int], outside_hosts: tuple[str, ...] = ()) -> None:
-        self.upstream = upstream
-        self.inside = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.inside.bind(("127.0.0.1", 0))
-        self._hosts = list(outside_hosts or ("127.0.0.2", "127.0.0.3", "127.0.0.4"))
-        self.outside = self._new_outside()
-        self.client: tuple[str, int] | None = None
-        self.captured: collections.deque[bytes] = collections.deque(maxlen=64)  # client's STUN
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="nat-proxy")
+def drain_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
+    """Keep reading a child's captured stderr so that a full pipe never blocks it; the last
+    lines stay in ``tail`` for a report."""
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.inside.getsockname()[:2]
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            tail.append(line.decode(errors="replace").rstrip())
 
-    @property
-    def outside_address(self) -> tuple[str, int]:
-        return self.outside.getsockname()[:2]
-
-    def _new_outside(self) -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((self._hosts.pop(0), 0))
-        return s
-
-    def start(self) -> NatProxy:
-        self._thread.start()
-        return self
-
-    def rebind(self) -> tuple[str, int]:
-        with self._lock:
-            old, self.outside = self.outside, self._new_outside()
-        old.close()
-        return self.outside_address
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                outside = self.outside
-            try:
-                ready, _, _ = select.select([self.inside, outside], [], [], 0.05)
-            except (OSError, ValueError):
-                continue  # the outside socket was just replaced
-            for s in ready:
-                try:
-                    data, src = s.recvfrom(4096)
-                except OSError:
-                    continue
-                if s is self.inside:
-                    self.client = src[:2]
-                    if data[:1] and data[0] < 4:  # what an eavesdropper on the path would see
-                        self.captured.append(data)
-                    with contextlib.suppress(OSError):
-                        outside.sendto(data, self.upstream)
-                elif self.client is not None:
-                    self.inside.sendto(data, self.client)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.inside.close()
-        self.outside.close()
+    threading.Thread(target=pump, daemon=True, name=f"stderr-{proc.pid}").start()

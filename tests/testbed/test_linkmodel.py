@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from bench.linkmodel import LinkModel, LinkSpec
+from testbed.linkmodel import LinkModel, LinkSpec
 
 N = 100_000
 

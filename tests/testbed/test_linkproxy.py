@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from bench.linkmodel import LinkSpec
-from bench.linkprobe import LinkProbe, check, wilson_interval
-from bench.linkproxy import LinkProxy, LinkThread
+from testbed.linkmodel import LinkSpec
+from testbed.linkprobe import LinkProbe, check, wilson_interval
+from testbed.linkproxy import LinkProxy, LinkThread
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Probe traffic through an emulated link: what it really delivered, one way, each direction.
 
 A ``LinkProbe`` sends numbered, timestamped datagrams at a steady rate to a proxy
-(bench/linkproxy.py) whose target is the probe's own reflector; the reflector notes each arrival
+(testbed/linkproxy.py) whose target is the probe's own reflector; the reflector notes each arrival
 (delay up) and sends it back stamped (delay down). Sender, reflector and proxy share one clock
 (the event loop's, ``time.monotonic``), so delays are one-way, not halves of a round trip.
 ``check`` compares a direction's figures with the link's settings: the mean delay within
@@ -20,7 +20,7 @@ import statistics
 import struct
 from typing import Any
 
-from bench.linkmodel import LinkSpec
+from testbed.linkmodel import LinkSpec
 
 Address = tuple[str, int]
 _OUT = struct.Struct("!Id")  # sequence number, sent at

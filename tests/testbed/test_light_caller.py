@@ -9,8 +9,8 @@ import time
 
 import aiohttp
 
-from bench.sessions_callers import EchoCall
-from bench.webrtc_client import DELAY_LEVELS, OpusToneTrack, opus_tone_packets
+from testbed.caller_workers import EchoCall
+from testbed.callers import DELAY_LEVELS, OpusToneTrack, opus_tone_packets
 from tests.support.inprocess import direct_config, running
 from transceiver.call.certificate import SharedCertificate
 from transceiver.call.outbound import AudioClock, InlineAudioSender

@@ -3,7 +3,7 @@ transceivers: each request goes to the next upstream in turn, whatever it is for
 (a client retries a 503); an upstream that refuses the connection (a pod gone) is skipped. It
 runs in the caller's event loop, and records where each request went (``landed``, the latest
 ``MAX_LANDED``). Used by the tests, by ``rtcedge bench recovery --scenario scale-down`` and by
-``bench.fleet``'s stack."""
+``testbed.fleet``'s stack."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from bench.peers import free_port
 from common.config import format_host_port
+from testbed.ports import free_port
 
 # Hop-by-hop or recomputed: not passed through (RFC 9110 7.6.1).
 _NOT_PASSED = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}

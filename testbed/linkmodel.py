@@ -1,7 +1,7 @@
 """A one-way network link as a sans-I/O model: delay, jitter, loss and a bounded queue.
 
 ``rtcedge bench geo`` places callers far from a cluster on loopback, where there is no tc/netem:
-a userspace proxy (bench/linkproxy.py) asks this model, for every datagram, when to deliver it
+a userspace proxy (testbed/linkproxy.py) asks this model, for every datagram, when to deliver it
 or whether to drop it. The clock is passed in (``now_s``), the randomness comes from a seeded
 ``random.Random``, so a run is reproducible and the model is tested without sockets.
 

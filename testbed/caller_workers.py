@@ -1,11 +1,12 @@
-"""The sessions benchmark's callers: many aiortc echo calls per process, driven over a pipe.
+"""Many aiortc echo calls per process, driven over a pipe: the callers of the sessions, connect
+and geo benchmarks.
 
-A caller worker (``python -m bench.sessions_callers MAX_SECONDS``) runs several calls on one
+A caller worker (``python -m testbed.caller_workers MAX_SECONDS``) runs several calls on one
 asyncio loop and speaks a line protocol: one JSON command per line on stdin, one JSON reply per
 line on stdout. Each call sends a tone encoded to Opus once at start-up (``OpusToneTrack``) and
 counts what comes back at the RTP level (``EchoCounter``), so that the callers stay cheap and
 the transceiver, not they, is what runs out. ``WorkerProcess`` and ``collect`` are the
-benchmark's end of the pipe (``bench/sessions.py``).
+benchmark's end of the pipe (e.g. ``bench/sessions.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import Any
 
 import click
 
-from bench.harness.bounds import Deadline
-from bench.harness.processes import stop_process
+from testbed.processes import stop_process
 
 
 # -- the worker process: several calls on one asyncio loop -----------------------------------------
@@ -127,7 +127,7 @@ class EchoCall:
         # aiortc is imported in the worker processes only: the benchmark imports this module.
         from aiortc import RTCConfiguration, RTCPeerConnection
 
-        from bench.webrtc_client import EchoCounter, OpusToneTrack
+        from testbed.callers import EchoCounter, OpusToneTrack
         from transceiver.call.certificate import use_certificate
 
         self.id = call_id
@@ -195,7 +195,7 @@ class EchoCall:
         try:
             await self.pc.setLocalDescription(await self.pc.createOffer())
             if self.light:
-                from bench.webrtc_client import prompt_ice
+                from testbed.callers import prompt_ice
 
                 prompt_ice(self.pc)
             self.offer_at = time.monotonic()
@@ -299,7 +299,7 @@ class CallerWorker:
     the new ones), mark, stats, hangup {timeout_s} (every call), exit.
 
     Light callers (``light``) are closer to a browser in what connecting costs them: their ICE
-    connects at completion (``bench.webrtc_client.prompt_ice``), they share one DTLS
+    connects at completion (``testbed.callers.prompt_ice``), they share one DTLS
     certificate per worker (``transceiver.call.certificate``) and start no decoder thread, so that
     many callers connecting at once on one CPU do not measure aiortc's client-side costs
     instead of the transceiver. Once connected, their media takes the transceiver's own direct
@@ -318,7 +318,7 @@ class CallerWorker:
         sys.stdout.flush()
 
     async def handle(self, cmd: dict[str, Any]) -> bool:
-        from bench.webrtc_client import DELAY_LEVELS, opus_tone_packets
+        from testbed.callers import DELAY_LEVELS, opus_tone_packets
 
         kind = cmd["cmd"]
         if kind == "tones":
@@ -368,7 +368,7 @@ class CallerWorker:
         import aiohttp
         import aiortc  # noqa: F401  (imported before the freeze below, which then covers it)
 
-        import bench.webrtc_client  # noqa: F401
+        import testbed.callers  # noqa: F401
 
         # As the transceiver does: what lives as long as the process is kept out of the cyclic
         # collector's full passes, whose pauses held a worker's calls' audio up for tens of ms.
@@ -392,7 +392,7 @@ class CallerWorker:
 
 def worker_main(argv: list[str]) -> None:
     """Entry point of a worker process: serves commands until ``exit``, EOF or its deadline."""
-    from bench.webrtc_client import loopback_only
+    from testbed.callers import loopback_only
 
     max_seconds = float(argv[0]) if argv else 600.0
     loopback_only()
@@ -421,7 +421,7 @@ class WorkerProcess:
         self.log_path = log_dir / f"worker-{index}.log"
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.sessions_callers", str(max_seconds)],
+                [sys.executable, "-m", "testbed.caller_workers", str(max_seconds)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -459,10 +459,10 @@ class WorkerProcess:
 def collect(workers: list[WorkerProcess], event: str, timeout_s: float) -> list[dict[str, Any]]:
     """One reply ``event`` from every worker, in worker order, within ``timeout_s``."""
     replies: dict[int, dict[str, Any]] = {}
-    deadline = Deadline.after(timeout_s)
+    deadline = time.monotonic() + timeout_s
     by_fd = {w.proc.stdout.fileno(): w for w in workers}  # type: ignore[union-attr]
     while len(replies) < len(workers):
-        left_s = deadline.left_s()
+        left_s = deadline - time.monotonic()
         if left_s <= 0:
             missing = [w.index for w in workers if w.index not in replies]
             raise RuntimeError(f"workers {missing} did not answer '{event}' in {timeout_s:.0f} s")

@@ -1,8 +1,9 @@
-"""What the kernel counts for us, read from /proc: CPU time and UDP socket queues.
+"""What the kernel says of the processes we start, read from /proc: their children, CPU time,
+memory, sockets, and the UDP socket queues and drops.
 
 CPU time from schedstat is in nanoseconds and measured at every context switch; /proc/<pid>/stat
 and /proc/stat count in clock ticks, sampled, so they serve as hints or where nothing finer
-exists (idle time of a CPU). All of it is Linux only, like the benchmarks.
+exists (idle time of a CPU). All of it is Linux only, like the testbed and the benchmarks.
 """
 
 from __future__ import annotations
@@ -119,3 +120,58 @@ def udp_sockets() -> dict[str, UdpPortStats]:
         old = table.get(row.local, UdpPortStats(0, 0))
         table[row.local] = UdpPortStats(old.queued_bytes + row.queued_bytes, old.drops + row.drops)
     return table
+
+
+def udp_drops(port: int) -> int:
+    """Datagrams the kernel dropped at a UDP socket bound to ``port`` (/proc/net/udp{,6})."""
+    return sum(row.drops for row in udp_socket_rows() if row.port == port)
+
+
+# -- Processes and their sockets -------------------------------------------------------------------
+def children_of(pid: int) -> list[int]:
+    """The live children of ``pid``, from /proc/<pid>/task/*/children: those of its main thread
+    first, in the kernel's order (a relay's workers by index); [] if it is gone."""
+    try:
+        tasks = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return []
+    found: list[int] = []
+    for tid in sorted(tasks, key=lambda t: t != pid):
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``: its children, theirs, and so on."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in children_of(pending.pop()):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets ``pid`` holds open (/proc/PID/fd)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def tcp_listener_inodes(port: int) -> set[str]:
+    """The inodes of TCP sockets listening on ``port`` (/proc/net/tcp{,6}, state 0A)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    inodes.add(fields[9])
+    return inodes

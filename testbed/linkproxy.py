@@ -1,4 +1,4 @@
-"""A UDP proxy on loopback that sends every datagram through emulated links (bench/linkmodel.py).
+"""A UDP proxy on loopback that sends every datagram through emulated links (testbed/linkmodel.py).
 
 ``LinkProxy`` listens on one address and forwards to one target, like a NAT: each new source
 gets an outside socket of its own (bound to ``outside_host``, a port the kernel picks), so the
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from bench.linkmodel import LinkModel, LinkSpec
 from common.sockets import set_buffers
+from testbed.linkmodel import LinkModel, LinkSpec
 
 T = TypeVar("T")
 Address = tuple[str, int]

@@ -4,9 +4,9 @@ that a resume offer landing on any of them can claim its call from the draining 
 scale-down benchmark (``bench.scaledown``), the migration test and the browser test build it
 with ``migrating_fleet``.
 
-``python -m bench.fleet --http HOST:PORT --relay HOST:PORT`` runs one as a stack (the browser
+``python -m testbed.fleet --http HOST:PORT --relay HOST:PORT`` runs one as a stack (the browser
 test's ``--migrate`` stack): the relay on that UDP port, ``--transceivers`` transceivers on free
-loopback ports, and a round-robin front (``bench.front``) on the HTTP address, which serves the
+loopback ports, and a round-robin front (``testbed.front``) on the HTTP address, which serves the
 page and takes its WHIP requests as a load-balanced Service would. It prints one
 ``stack: {json}`` line (the front's URL; each transceiver's id, PID, WHIP and metrics URLs),
 then a line with ``ready``. A transceiver that exits (scaled down) is reported with its status
@@ -26,9 +26,10 @@ import socket
 import sys
 from typing import Any
 
-from bench.front import RoundRobinFront
-from bench.peers import RelayProcess, TransceiverProcess, free_port, started_in_order
 from common.config import ConfigError, format_host_port, parse_host_port
+from testbed.front import RoundRobinFront
+from testbed.ports import free_port
+from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
 
 STACK_LINE = "stack: "  # the prefix of the line describing the running stack (JSON follows)
 
@@ -88,7 +89,7 @@ async def serve(http: tuple[str, int], relay: RelayProcess, trxs: list[Transceiv
     front = RoundRobinFront([t.url for t in trxs])
     url = await front.start(*http)
     print(STACK_LINE + json.dumps(describe(url, relay, trxs)), flush=True)
-    print(f"bench.fleet: ready - open {url}/ ({len(trxs)} transceivers behind it)", flush=True)
+    print(f"testbed.fleet: ready - open {url}/ ({len(trxs)} transceivers behind it)", flush=True)
     gone: set[int] = set()
     try:
         while not stop.is_set():
@@ -99,13 +100,13 @@ async def serve(http: tuple[str, int], relay: RelayProcess, trxs: list[Transceiv
                 if t.tid not in gone and t.proc.poll() is not None:  # reaped here
                     gone.add(t.tid)
                     print(
-                        f"bench.fleet: transceiver {t.tid} (pid {t.proc.pid}) exited with "
+                        f"testbed.fleet: transceiver {t.tid} (pid {t.proc.pid}) exited with "
                         f"status {t.proc.returncode}",
                         flush=True,
                     )
             assert relay.proc is not None
             if relay.proc.poll() is not None:
-                print(f"bench.fleet: the relay exited with status {relay.proc.returncode}")
+                print(f"testbed.fleet: the relay exited with status {relay.proc.returncode}")
                 return 1
     finally:
         await front.close()
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         with started_in_order(relay, *trxs):
             return asyncio.run(serve(http, relay, trxs))
     except RuntimeError as exc:
-        print(f"bench.fleet: {exc}", file=sys.stderr, flush=True)
+        print(f"testbed.fleet: {exc}", file=sys.stderr, flush=True)
         return 1
 
 

@@ -23,7 +23,17 @@ from aiortc import RTCCertificate, RTCConfiguration, RTCPeerConnection, RTCSessi
 from aiortc.rtcconfiguration import RTCBundlePolicy
 
 from common.addr import Addr
-from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, OpusFrame, SessionInfo
+from transceiver.backend import (
+    AUDIO_FORMATS,
+    AUDIO_SAMPLE_RATE,
+    OPUS,
+    PCM16,
+    SAMPLE_RATES,
+    Backend,
+    BackendSession,
+    OpusFrame,
+    SessionInfo,
+)
 from transceiver.call import inbound, outbound, sctp
 from transceiver.call.certificate import use_certificate
 from transceiver.call.ice import SharedSocketConnection, install
@@ -35,6 +45,8 @@ from transceiver.metrics import SessionMetrics
 log = logging.getLogger("rtcedge.transceiver")
 
 EVENTS_CHANNEL = "events"
+# OpenAI's Realtime WebRTC clients name theirs "oai-events"; a call takes whichever comes first.
+EVENTS_CHANNELS = frozenset({EVENTS_CHANNEL, "oai-events"})
 MAX_PENDING_EVENTS = 32
 MAX_EVENT_BYTES = sctp.MAX_MESSAGE_BYTES  # also the answer's a=max-message-size
 # Events a backend sends to the transceiver itself (docs/backend-protocol.md), not to the caller.
@@ -159,10 +171,21 @@ class Session:
             raise ValueError(
                 f"backend session audio_format {audio_format!r} is not one of {AUDIO_FORMATS}"
             )
+        sample_rate = getattr(backend, "sample_rate", AUDIO_SAMPLE_RATE)
+        if audio_format == PCM16 and sample_rate not in SAMPLE_RATES:
+            raise ValueError(
+                f"backend session sample_rate {sample_rate!r} is not one of {SAMPLE_RATES}"
+            )
         self.audio_format = audio_format
-        self.out_track.set_format(audio_format)
+        self.out_track.set_format(
+            audio_format, sample_rate if audio_format == PCM16 else AUDIO_SAMPLE_RATE
+        )
         path = inbound.InboundAudio(
-            audio_format, self._on_pcm_in, self._on_opus_in, self._on_jitter_event
+            audio_format,
+            self._on_pcm_in,
+            self._on_opus_in,
+            self._on_jitter_event,
+            sample_rate if audio_format == PCM16 else AUDIO_SAMPLE_RATE,
         )
         inbound.install(self.pc, path)
 
@@ -233,7 +256,7 @@ class Session:
 
     # -- events from aiortc -------------------------------------------------------------------
     def _on_datachannel(self, channel: Any) -> None:
-        if channel.label != EVENTS_CHANNEL:
+        if channel.label not in EVENTS_CHANNELS or self.channel is not None:
             return
         self.channel = channel
         channel.on("message", self._on_event_message)

@@ -31,11 +31,13 @@ __all__ = [
     "FRAME_MS",
     "OPUS",
     "PCM16",
+    "SAMPLE_RATES",
     "Backend",
     "BackendError",
     "BackendSession",
     "OpusFrame",
     "SessionInfo",
+    "frame_bytes",
 ]
 
 AUDIO_SAMPLE_RATE = 48000
@@ -44,7 +46,16 @@ FRAME_MS = 20
 FRAME_BYTES = AUDIO_SAMPLE_RATE * FRAME_MS // 1000 * AUDIO_CHANNELS * 2  # PCM16 LE: 1920
 assert FRAME_BYTES == 1920
 
-BACKEND_NAMES = ("echo", "websocket")
+BACKEND_NAMES = ("echo", "websocket", "realtime")
+# The PCM rates a pcm16 session may take and give (``BackendSession.sample_rate``): libopus
+# decodes to and encodes from each natively, so no resampler runs (transceiver.call.libopus).
+SAMPLE_RATES = (8000, 16000, 24000, 48000)
+
+
+def frame_bytes(sample_rate: int) -> int:
+    """Bytes of one 20 ms PCM16 mono frame at ``sample_rate``."""
+    return sample_rate * FRAME_MS // 1000 * AUDIO_CHANNELS * 2
+
 
 PCM16 = "pcm16"  # audio_in(pcm) / emit_audio(pcm): 20 ms PCM16 frames, decoded and encoded here
 OPUS = "opus"  # opus_in(OpusFrame) / emit_audio(packet): Opus packets passed through untouched
@@ -100,10 +111,14 @@ class BackendSession(abc.ABC):
     """
 
     audio_format: str = PCM16
+    # pcm16: the rate of ``audio_in`` and ``emit_audio`` PCM, one of SAMPLE_RATES, read once
+    # with ``audio_format``; frames are 20 ms (``frame_bytes(sample_rate)``) at every rate.
+    sample_rate: int = AUDIO_SAMPLE_RATE
 
     @abc.abstractmethod
     def audio_in(self, pcm: bytes) -> None:
-        """One 20 ms PCM16 frame from the caller (FRAME_BYTES).
+        """One 20 ms PCM16 frame from the caller (``frame_bytes(sample_rate)``; FRAME_BYTES at
+        the default 48 kHz).
 
         Must not block; drop (and count) when the backend is behind. A frame of another size is
         the caller's bug: ValueError. Frames after ``close`` or a failure are ignored.

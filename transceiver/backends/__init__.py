@@ -1,9 +1,12 @@
-"""Built-in backends (the interface is in ``transceiver.backend``): ``echo``, embedded, and
-``websocket``, a bridge to an external service; ``create_backend`` builds one by name."""
+"""Built-in backends (the interface is in ``transceiver.backend``): ``echo``, embedded;
+``websocket``, a bridge to an external service in our protocol; ``realtime``, a bridge to an
+OpenAI-Realtime-compatible model server. ``create_backend`` builds one by name."""
 
 from __future__ import annotations
 
-from transceiver.backend import BACKEND_NAMES, PCM16, Backend
+from dataclasses import fields
+
+from transceiver.backend import AUDIO_SAMPLE_RATE, BACKEND_NAMES, PCM16, Backend
 from transceiver.backends.echo import EchoBackend
 from transceiver.backends.websocket import WebSocketBackend, WebSocketBackendConfig
 
@@ -11,7 +14,8 @@ from transceiver.backends.websocket import WebSocketBackend, WebSocketBackendCon
 def create_backend(name: str = "echo", url: str | None = None, **options) -> Backend:
     """Build a backend from configuration: 'echo' (no url) or 'websocket' (ws:// or wss:// url).
 
-    ``options`` are backend-specific (for ``echo``: ``audio_format``, 'pcm16' or 'opus'; for
+    ``options`` are backend-specific (for ``echo``: ``audio_format``, 'pcm16' or 'opus', and
+    ``sample_rate``; for ``realtime``: see ``RealtimeBackendConfig``; for
     ``websocket``: see ``WebSocketBackendConfig``). Any problem raises ValueError naming it, so a
     bad deployment fails at start, not at the first call.
     """
@@ -19,11 +23,22 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
         if url is not None:
             raise ValueError(f"the echo backend takes no url (got {url!r})")
         audio_format = options.pop("audio_format", PCM16)
+        sample_rate = options.pop("sample_rate", AUDIO_SAMPLE_RATE)
         if options:
             raise ValueError(
                 f"unknown option(s) for the echo backend: {', '.join(sorted(options))}"
             )
-        return EchoBackend(audio_format)
+        return EchoBackend(audio_format, sample_rate)
+    if name == "realtime":
+        if not url:
+            raise ValueError("the realtime backend needs a url (ws(s)://host/.../realtime?model=)")
+        from transceiver.backends.realtime import RealtimeBackend, RealtimeBackendConfig
+
+        known = {f.name for f in fields(RealtimeBackendConfig)} - {"url"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown option(s) for the realtime backend: {', '.join(unknown)}")
+        return RealtimeBackend(RealtimeBackendConfig(url=url, **options))
     if name == "websocket":
         if not url:
             raise ValueError("the websocket backend needs a url (ws://... or wss://...)")

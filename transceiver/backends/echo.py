@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 from transceiver.backend import (
     AUDIO_FORMATS,
-    FRAME_BYTES,
+    AUDIO_SAMPLE_RATE,
     OPUS,
     PCM16,
+    SAMPLE_RATES,
     Backend,
     BackendSession,
     OpusFrame,
     SessionInfo,
+    frame_bytes,
 )
 from transceiver.call.opus import packet_samples
 
@@ -83,10 +85,15 @@ class EchoSession(BackendSession):
         max_lag_frames: int = MAX_LAG_FRAMES,
         clock: Callable[[], float] = time.monotonic,
         audio_format: str = PCM16,
+        sample_rate: int = AUDIO_SAMPLE_RATE,
     ) -> None:
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"unknown audio format {audio_format!r} ({', '.join(AUDIO_FORMATS)})")
+        if sample_rate not in SAMPLE_RATES:
+            raise ValueError(f"sample_rate must be one of {SAMPLE_RATES}, got {sample_rate!r}")
         self.audio_format = audio_format
+        self.sample_rate = sample_rate
+        self._frame_bytes = frame_bytes(sample_rate)
         self.info = info
         self.closed = False
         self.close_reason: str | None = None
@@ -103,8 +110,10 @@ class EchoSession(BackendSession):
         self._emit_event = emit_event
 
     def audio_in(self, pcm: bytes) -> None:
-        if len(pcm) != FRAME_BYTES:
-            raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
+        if len(pcm) != self._frame_bytes:
+            raise ValueError(
+                f"audio_in takes one {self._frame_bytes}-byte frame, got {len(pcm)} bytes"
+            )
         self._echo(bytes(pcm), 1.0)
 
     def opus_in(self, frame: OpusFrame) -> None:
@@ -157,14 +166,17 @@ class EchoSession(BackendSession):
 
 
 class EchoBackend(Backend):
-    """Every session in ``audio_format`` (``pcm16`` or ``opus``)."""
+    """Every session in ``audio_format`` (``pcm16`` or ``opus``), pcm16 at ``sample_rate``."""
 
     name = "echo"
 
-    def __init__(self, audio_format: str = PCM16) -> None:
+    def __init__(self, audio_format: str = PCM16, sample_rate: int = AUDIO_SAMPLE_RATE) -> None:
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"unknown audio format {audio_format!r} ({', '.join(AUDIO_FORMATS)})")
+        if sample_rate not in SAMPLE_RATES:
+            raise ValueError(f"sample_rate must be one of {SAMPLE_RATES}, got {sample_rate!r}")
         self.audio_format = audio_format
+        self.sample_rate = sample_rate
 
     async def open_session(
         self,
@@ -173,7 +185,13 @@ class EchoBackend(Backend):
         emit_event: Callable[[dict], None],
         on_failure: Callable[[str], None],
     ) -> EchoSession:
-        session = EchoSession(info, emit_audio, emit_event, audio_format=self.audio_format)
+        session = EchoSession(
+            info,
+            emit_audio,
+            emit_event,
+            audio_format=self.audio_format,
+            sample_rate=self.sample_rate,
+        )
         emit_event(
             {"type": "session.started", "session_id": info.session_id, "resumed": info.resumed}
         )

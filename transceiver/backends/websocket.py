@@ -30,15 +30,16 @@ from yarl import URL
 from transceiver.backend import (
     AUDIO_CHANNELS,
     AUDIO_SAMPLE_RATE,
-    FRAME_BYTES,
     FRAME_MS,
     OPUS,
     PCM16,
+    SAMPLE_RATES,
     Backend,
     BackendError,
     BackendSession,
     OpusFrame,
     SessionInfo,
+    frame_bytes,
 )
 from transceiver.call.opus import OpusError, packet_samples
 
@@ -48,22 +49,33 @@ log = logging.getLogger(__name__)
 
 # The audio format of a call is negotiated at the WebSocket upgrade: the transceiver offers both
 # subprotocols, the backend's 101 names the one it takes; none named: pcm16 (older backends).
-SUBPROTOCOLS = {"rtcedge.pcm16": PCM16, "rtcedge.opus": OPUS}
+# pcm16 at 48 kHz is "rtcedge.pcm16"; at another rate "rtcedge.pcm16.<rate>" (8000, 16000, 24000).
+SUBPROTOCOLS: dict[str, tuple[str, int]] = {
+    "rtcedge.pcm16": (PCM16, AUDIO_SAMPLE_RATE),
+    **{
+        f"rtcedge.pcm16.{rate}": (PCM16, rate) for rate in SAMPLE_RATES if rate != AUDIO_SAMPLE_RATE
+    },
+    "rtcedge.opus": (OPUS, AUDIO_SAMPLE_RATE),
+}
+
 OPUS_HEADER = struct.Struct("!HI")  # caller -> backend, before each packet: sequence, timestamp
-AUDIO_FORMAT = {
-    PCM16: {
+
+
+def audio_description(audio_format: str, sample_rate: int) -> dict[str, Any]:
+    """The ``audio`` of ``session.start``: what the binary messages carry, both ways."""
+    if audio_format == OPUS:
+        return {
+            "encoding": "opus",
+            "sample_rate": AUDIO_SAMPLE_RATE,
+            "channels": AUDIO_CHANNELS,
+            "header": "sequence:u16be timestamp:u32be",
+        }
+    return {
         "encoding": "pcm16le",
-        "sample_rate": AUDIO_SAMPLE_RATE,
+        "sample_rate": sample_rate,
         "channels": AUDIO_CHANNELS,
         "frame_ms": FRAME_MS,
-    },
-    OPUS: {
-        "encoding": "opus",
-        "sample_rate": AUDIO_SAMPLE_RATE,
-        "channels": AUDIO_CHANNELS,
-        "header": "sequence:u16be timestamp:u32be",
-    },
-}
+    }
 
 
 @dataclass(frozen=True)
@@ -137,9 +149,12 @@ class WebSocketSession(BackendSession):
         on_failure: Callable[[str], None],
         on_closed: Callable[[WebSocketSession], None],
         audio_format: str = PCM16,
+        sample_rate: int = AUDIO_SAMPLE_RATE,
     ) -> None:
         self.info = info
         self.audio_format = audio_format
+        self.sample_rate = sample_rate
+        self._frame_bytes = frame_bytes(sample_rate)
         self.state = "open"
         self.close_reason: str | None = None
         self.frames_in = 0
@@ -176,8 +191,10 @@ class WebSocketSession(BackendSession):
     # -- toward the backend (called by the transceiver; never blocks) --
 
     def audio_in(self, pcm: bytes) -> None:
-        if len(pcm) != FRAME_BYTES:
-            raise ValueError(f"audio_in takes one {FRAME_BYTES}-byte frame, got {len(pcm)} bytes")
+        if len(pcm) != self._frame_bytes:
+            raise ValueError(
+                f"audio_in takes one {self._frame_bytes}-byte frame, got {len(pcm)} bytes"
+            )
         if self.state != "open":
             return
         # bytes(x) is x itself for bytes; a caller's reusable buffer gets copied.
@@ -287,10 +304,10 @@ class WebSocketSession(BackendSession):
             except Exception:
                 log.exception("session %s: emit_audio failed", self.info.session_id)
             return
-        if size == 0 or size % FRAME_BYTES:
+        if size == 0 or size % self._frame_bytes:
             self._protocol_error(f"binary message of {size} bytes is not whole 20 ms frames")
             return
-        self.frames_out += size // FRAME_BYTES
+        self.frames_out += size // self._frame_bytes
         try:
             self._emit_audio(data)
         except Exception:
@@ -429,7 +446,7 @@ class WebSocketBackend(Backend):
             "resumed": info.resumed,
         }
         ws: aiohttp.ClientWebSocketResponse | None = None
-        audio_format = PCM16
+        audio_format, sample_rate = PCM16, AUDIO_SAMPLE_RATE
         try:
             async with asyncio.timeout(cfg.connect_timeout_s):
                 ws = await self._http.ws_connect(
@@ -439,8 +456,10 @@ class WebSocketBackend(Backend):
                     heartbeat=cfg.heartbeat_s,
                     max_msg_size=cfg.max_message_bytes,
                 )
-                audio_format = SUBPROTOCOLS.get(ws.protocol or "", PCM16)
-                start["audio"] = AUDIO_FORMAT[audio_format]
+                audio_format, sample_rate = SUBPROTOCOLS.get(
+                    ws.protocol or "", (PCM16, AUDIO_SAMPLE_RATE)
+                )
+                start["audio"] = audio_description(audio_format, sample_rate)
                 await ws.send_str(json.dumps(start, separators=(",", ":"), ensure_ascii=False))
         except BaseException as exc:
             if ws is not None:
@@ -457,7 +476,15 @@ class WebSocketBackend(Backend):
                 raise BackendError(f"cannot reach backend {cfg.url}: {exc}") from exc
             raise
         session = WebSocketSession(
-            info, ws, cfg, emit_audio, emit_event, on_failure, self._sessions.discard, audio_format
+            info,
+            ws,
+            cfg,
+            emit_audio,
+            emit_event,
+            on_failure,
+            self._sessions.discard,
+            audio_format,
+            sample_rate,
         )
         self._sessions.add(session)
         return session

@@ -50,8 +50,16 @@ from typing import TYPE_CHECKING, Any
 
 import pylibsrtp
 
-from transceiver.backend import FRAME_BYTES, OPUS, PCM16, BackendSession, OpusFrame
+from transceiver.backend import (
+    AUDIO_SAMPLE_RATE,
+    OPUS,
+    PCM16,
+    BackendSession,
+    OpusFrame,
+    frame_bytes,
+)
 from transceiver.call.jitter import AudioJitterBuffer
+from transceiver.call.libopus import LibopusDecoder, LibopusError
 from transceiver.call.opus import Decoder, OpusError, packet_samples
 from transceiver.call.rtpview import parse as parse_rtp
 from transceiver.call.ssrc import SsrcLatch
@@ -85,6 +93,7 @@ class InboundAudio:
         on_pcm: Callable[[bytes], None] | None = None,
         on_opus: Callable[[OpusFrame], None] | None = None,
         on_event: Callable[[str, int], None] | None = None,
+        sample_rate: int = AUDIO_SAMPLE_RATE,
     ) -> None:
         if audio_format not in (PCM16, OPUS):
             raise ValueError(f"unknown audio format {audio_format!r}")
@@ -95,7 +104,14 @@ class InboundAudio:
         self._on_opus = on_opus
         self._on_event = on_event
         self.jitter = AudioJitterBuffer(on_event=on_event)
-        self._decoder = Decoder() if audio_format == PCM16 else None
+        # pcm16 at 48 kHz: PyAV's libopus decoder (aiortc's); at any other rate libopus itself,
+        # which decodes to that rate natively (PyAV's wrapper only asks it for 48 kHz).
+        self._decoder: Decoder | LibopusDecoder | None = None
+        if audio_format == PCM16:
+            self._decoder = (
+                Decoder() if sample_rate == AUDIO_SAMPLE_RATE else LibopusDecoder(sample_rate)
+            )
+        self._frame_bytes = frame_bytes(sample_rate)
         self._pending = b""  # decoded PCM short of a whole 20 ms frame
         self.packets = 0
         self.dropped = dict.fromkeys((UNDECODABLE, FOREIGN, UNPROTECT_FAILED, MALFORMED), 0)
@@ -122,16 +138,17 @@ class InboundAudio:
             return
         try:
             pcm = self._decoder.decode(payload)
-        except OpusError:
+        except (OpusError, LibopusError):
             self.drop(UNDECODABLE)
             return
-        if len(pcm) == FRAME_BYTES and not self._pending:  # a 20 ms packet: the usual case
+        size = self._frame_bytes
+        if len(pcm) == size and not self._pending:  # a 20 ms packet: the usual case
             self._on_pcm(pcm)  # type: ignore[misc]
             return
         data = self._pending + pcm
-        whole = len(data) - len(data) % FRAME_BYTES
-        for i in range(0, whole, FRAME_BYTES):
-            self._on_pcm(data[i : i + FRAME_BYTES])  # type: ignore[misc]
+        whole = len(data) - len(data) % size
+        for i in range(0, whole, size):
+            self._on_pcm(data[i : i + size])  # type: ignore[misc]
         self._pending = data[whole:]
 
 

@@ -74,28 +74,31 @@ class Decoder:
 class Encoder:
     """PCM16 LE mono 48 kHz, 20 ms at a time -> Opus packets (bytes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: int = RATE) -> None:
+        # libopus encodes from 8, 12, 16, 24 or 48 kHz input natively; the packets are the same
+        # Opus whatever the input rate (the RTP clock stays 48 kHz, RFC 7587 4.1).
         codec = av.CodecContext.create("libopus", "w")
         codec.bit_rate = BITRATE
         codec.format = "s16"
         codec.layout = "mono"
-        codec.sample_rate = RATE
-        codec.time_base = TIME_BASE
+        codec.sample_rate = rate
+        codec.time_base = fractions.Fraction(1, rate)
         codec.options = {"application": "voip"}
         self._codec = codec
-        self._samples = RATE // 50
+        self._rate = rate
+        self._samples = rate // 50
         self._pts = 0
 
     def skip(self, samples: int) -> None:
-        """Samples sent by other means (a cached silent packet): later packets' timestamps
-        stay on the stream's clock."""
-        self._pts += samples
+        """Samples (at 48 kHz, the stream's clock) sent by other means (a cached silent packet):
+        later packets' timestamps stay on the stream's clock."""
+        self._pts += samples * self._rate // RATE
 
     def encode(self, pcm: bytes) -> list[bytes]:
         frame = av.AudioFrame(format="s16", layout="mono", samples=self._samples)
         frame.planes[0].update(pcm)
-        frame.sample_rate = RATE
-        frame.time_base = TIME_BASE
+        frame.sample_rate = self._rate
+        frame.time_base = self._codec.time_base
         frame.pts = self._pts
         self._pts += self._samples
         return [bytes(packet) for packet in self._codec.encode(frame)]

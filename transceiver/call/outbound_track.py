@@ -21,11 +21,17 @@ from collections.abc import Callable
 import av
 from aiortc import MediaStreamError, MediaStreamTrack
 
-from transceiver.backend import AUDIO_FORMATS, AUDIO_SAMPLE_RATE, FRAME_BYTES, OPUS, PCM16
+from transceiver.backend import (
+    AUDIO_FORMATS,
+    AUDIO_SAMPLE_RATE,
+    OPUS,
+    PCM16,
+    SAMPLE_RATES,
+    frame_bytes,
+)
 from transceiver.call import opus
 
-SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50
-SILENCE = bytes(FRAME_BYTES)
+SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50  # on the RTP clock (48 kHz), whatever the PCM rate
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
 # A slot whose audio has not come yet is held open this long past its time before silence
 # fills it: audio that comes meanwhile leaves at once (``on_due``) in its own slot. Live audio
@@ -69,6 +75,9 @@ class BackendAudioTrack(MediaStreamTrack):
         self._frames: deque[bytes] = deque(maxlen=max_buffered_frames)
         self._packets: deque[tuple[bytes, int]] = deque(maxlen=max_buffered_frames)
         self._pending = b""
+        self.sample_rate = AUDIO_SAMPLE_RATE  # of the backend's PCM (``set_format``)
+        self._frame_bytes = frame_bytes(AUDIO_SAMPLE_RATE)
+        self._silence = bytes(self._frame_bytes)
         self._encoder: opus.Encoder | None = None
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
@@ -79,21 +88,27 @@ class BackendAudioTrack(MediaStreamTrack):
         self.frames_out = 0
         self.frames_dropped = 0
 
-    def set_format(self, audio_format: str) -> None:
+    def set_format(self, audio_format: str, sample_rate: int = AUDIO_SAMPLE_RATE) -> None:
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"unknown audio format {audio_format!r}")
+        if sample_rate not in SAMPLE_RATES:
+            raise ValueError(f"sample rate {sample_rate} is not one of {SAMPLE_RATES}")
         self.audio_format = audio_format
+        self.sample_rate = sample_rate
+        self._frame_bytes = frame_bytes(sample_rate)
+        self._silence = bytes(self._frame_bytes)
         if audio_format == OPUS:
             silent_packet()  # encoded now, not in the first recv
 
     def push(self, pcm: bytes) -> None:
         """Queue PCM from the backend (any length; split into whole frames, rest kept)."""
         data = self._pending + pcm
-        whole = len(data) - len(data) % FRAME_BYTES
-        for i in range(0, whole, FRAME_BYTES):
+        size = self._frame_bytes
+        whole = len(data) - len(data) % size
+        for i in range(0, whole, size):
             if len(self._frames) == self._frames.maxlen:
                 self.frames_dropped += 1
-            self._frames.append(data[i : i + FRAME_BYTES])
+            self._frames.append(data[i : i + size])
         self._pending = data[whole:]
         if whole:
             self._slot_filled()
@@ -139,11 +154,12 @@ class BackendAudioTrack(MediaStreamTrack):
                 payload, samples = silent_packet(), SAMPLES_PER_FRAME
             self._pts += samples
             return [payload]
-        pcm = self._frames.popleft() if self._frames else SILENCE
+        silence = self._silence
+        pcm = self._frames.popleft() if self._frames else silence
         if self._encoder is None:
-            self._encoder = opus.Encoder()
+            self._encoder = opus.Encoder(self.sample_rate)
         self._pts += SAMPLES_PER_FRAME
-        if pcm is not SILENCE:
+        if pcm is not silence:
             self._count_out()
             self._quiet_frames = 0
         else:

@@ -28,7 +28,16 @@ from aiortc import (
 )
 
 from common.addr import Addr
-from transceiver.backend import AUDIO_FORMATS, OPUS, Backend, BackendSession, SessionInfo
+from transceiver.backend import (
+    AUDIO_FORMATS,
+    AUDIO_SAMPLE_RATE,
+    OPUS,
+    PCM16,
+    SAMPLE_RATES,
+    Backend,
+    BackendSession,
+    SessionInfo,
+)
 from transceiver.call import inbound, outbound, sctp, seam
 from transceiver.call.ice import SharedSocketConnection
 from transceiver.call.lifecycle import Lifecycle, Limits, State
@@ -39,6 +48,8 @@ from transceiver.metrics import SessionMetrics
 log = logging.getLogger("rtcedge.transceiver")
 
 EVENTS_CHANNEL = "events"
+# OpenAI's Realtime WebRTC clients name theirs "oai-events"; a call takes whichever comes first.
+EVENTS_CHANNELS = frozenset({EVENTS_CHANNEL, "oai-events"})
 MAX_PENDING_EVENTS = 32
 MAX_EVENT_BYTES = sctp.MAX_MESSAGE_BYTES  # also the answer's a=max-message-size
 # Events a backend sends to the transceiver itself (docs/backend-protocol.md), not to the caller.
@@ -168,8 +179,14 @@ class Session:
             raise ValueError(
                 f"backend session audio_format {audio_format!r} is not one of {AUDIO_FORMATS}"
             )
+        sample_rate = getattr(backend, "sample_rate", AUDIO_SAMPLE_RATE)
+        if audio_format == PCM16 and sample_rate not in SAMPLE_RATES:
+            raise ValueError(
+                f"backend session sample_rate {sample_rate!r} is not one of {SAMPLE_RATES}"
+            )
         self.audio_format = audio_format
-        self.out_track.set_format(audio_format)
+        rate = sample_rate if audio_format == PCM16 else AUDIO_SAMPLE_RATE
+        self.out_track.set_format(audio_format, rate)
         self._inlet = inlet = inbound.BackendInlet(
             self.id,
             backend,
@@ -179,7 +196,9 @@ class Session:
             on_first=self._first_audio_in,
             on_failure=self._on_backend_failure,
         )
-        path = inbound.InboundAudio(audio_format, inlet.frame, inlet.frame, self._on_jitter_event)
+        path = inbound.InboundAudio(
+            audio_format, inlet.frame, inlet.frame, self._on_jitter_event, rate
+        )
         seam.install_receiver(self.pc, path)
 
     @property
@@ -233,7 +252,7 @@ class Session:
 
     # -- events from aiortc -------------------------------------------------------------------
     def _on_datachannel(self, channel: Any) -> None:
-        if channel.label != EVENTS_CHANNEL:
+        if channel.label not in EVENTS_CHANNELS or self.channel is not None:
             return
         self.channel = channel
         channel.on("message", self._on_event_message)

@@ -37,6 +37,9 @@ import jwt
 from common.config import ConfigError
 
 AUDIENCE = "rtcedge-whip"  # a token the app signs for anything else is refused here
+# The audience of a Realtime client secret (transceiver.signaling.realtime_secrets): a WHIP token
+# is not one, and one is not a WHIP token.
+REALTIME_AUDIENCE = "rtcedge-realtime"
 MIN_SECRET_BYTES = 32
 MAX_TOKEN_CHARS = 2048  # refused before any work: a bearer header is small
 MAX_SUBJECT_CHARS = 256
@@ -57,6 +60,7 @@ class TokenError(Exception):
 class Claims:
     subject: str | None
     expires_at: float
+    session: dict[str, Any] | None = None  # a Realtime client secret's session (its app's)
 
 
 def parse_secrets(text: str, option: str = "--token-secret-file") -> tuple[bytes, ...]:
@@ -94,11 +98,20 @@ def _sign(secret: bytes, signing_input: bytes) -> bytes:
     return hmac.new(secret, signing_input, hashlib.sha256).digest()
 
 
-def mint(secret: bytes, now: float, ttl_s: float, subject: str | None = None) -> str:
+def mint(
+    secret: bytes,
+    now: float,
+    ttl_s: float,
+    subject: str | None = None,
+    audience: str = AUDIENCE,
+    session: dict[str, Any] | None = None,
+) -> str:
     """A token valid for ``ttl_s`` from ``now``: what an app backend does, in Python."""
-    claims: dict[str, Any] = {"aud": AUDIENCE, "iat": int(now), "exp": int(now + ttl_s)}
+    claims: dict[str, Any] = {"aud": audience, "iat": int(now), "exp": int(now + ttl_s)}
     if subject is not None:
         claims["sub"] = subject
+    if session is not None:
+        claims["session"] = session
     head = _b64encode(json.dumps(_HEADER, separators=(",", ":")).encode())
     body = _b64encode(json.dumps(claims, separators=(",", ":")).encode())
     signing_input = f"{head}.{body}".encode("ascii")
@@ -112,9 +125,17 @@ class TokenVerifier:
     check and the audience; the times are checked here against ``now`` (sans-I/O).
     """
 
-    def __init__(self, secrets: tuple[bytes, ...], max_ttl_s: float) -> None:
+    def __init__(
+        self,
+        secrets: tuple[bytes, ...],
+        max_ttl_s: float,
+        audience: str = AUDIENCE,
+        max_chars: int = MAX_TOKEN_CHARS,
+    ) -> None:
         self.secrets = secrets
         self.max_ttl_s = max_ttl_s
+        self.audience = audience
+        self.max_chars = max_chars
 
     def verify(self, token: str, now: float, allow_expired: bool = False) -> Claims:
         """The token's claims, or TokenError.
@@ -122,7 +143,7 @@ class TokenVerifier:
         ``allow_expired`` is for ending a session (DELETE): a call outlives the token that
         started it, and a token with a good signature was issued by the app all the same.
         """
-        if len(token) > MAX_TOKEN_CHARS or not _TOKEN.fullmatch(token):
+        if len(token) > self.max_chars or not _TOKEN.fullmatch(token):
             raise TokenError("malformed")
         decoded = self._decode(token)
         header, claims = decoded["header"], decoded["payload"]
@@ -145,7 +166,10 @@ class TokenVerifier:
             not isinstance(subject, str) or len(subject) > MAX_SUBJECT_CHARS
         ):
             raise TokenError("bad_claims")
-        return Claims(subject, expires_at)
+        session = claims.get("session")
+        if session is not None and not isinstance(session, dict):
+            raise TokenError("bad_claims")
+        return Claims(subject, expires_at, session)
 
     def _decode(self, token: str) -> dict[str, Any]:
         """Signature (every secret of the ring in turn) and audience, by PyJWT."""
@@ -159,7 +183,7 @@ class TokenVerifier:
         for secret in self.secrets:
             try:
                 return jwt.api_jwt.decode_complete(
-                    token, secret, algorithms=["HS256"], audience=AUDIENCE, options=options
+                    token, secret, algorithms=["HS256"], audience=self.audience, options=options
                 )
             except jwt.InvalidSignatureError:
                 continue

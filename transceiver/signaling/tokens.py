@@ -153,14 +153,7 @@ class TokenVerifier:
         if expires_at is None:
             raise TokenError("bad_claims")
         if not allow_expired:
-            if now >= expires_at:
-                raise TokenError("expired")
-            if expires_at - now > self.max_ttl_s:
-                raise TokenError("lives_too_long")
-            for name in ("nbf", "iat"):
-                at = _number(claims, name)
-                if at is not None and at > now + CLOCK_SKEW_S:
-                    raise TokenError("not_yet_valid")
+            self._check_times(claims, expires_at, now)
         subject = claims.get("sub")
         if subject is not None and (
             not isinstance(subject, str) or len(subject) > MAX_SUBJECT_CHARS
@@ -170,6 +163,17 @@ class TokenVerifier:
         if session is not None and not isinstance(session, dict):
             raise TokenError("bad_claims")
         return Claims(subject, expires_at, session)
+
+    def _check_times(self, claims: dict[str, Any], expires_at: float, now: float) -> None:
+        """A token in force now: not expired, not living too long, not issued in the future."""
+        if now >= expires_at:
+            raise TokenError("expired")
+        if expires_at - now > self.max_ttl_s:
+            raise TokenError("lives_too_long")
+        for name in ("nbf", "iat"):
+            at = _number(claims, name)
+            if at is not None and at > now + CLOCK_SKEW_S:
+                raise TokenError("not_yet_valid")
 
     def _decode(self, token: str) -> dict[str, Any]:
         """Signature (every secret of the ring in turn) and audience, by PyJWT."""

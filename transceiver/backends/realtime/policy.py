@@ -121,6 +121,18 @@ def _get(obj: Mapping, path: str) -> object:
     return obj
 
 
+def _allow_table(allow: object, option: str) -> dict[str, tuple[str, ...]]:
+    """The policy file's ``allow``: event types to lists of field paths."""
+    if not isinstance(allow, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(p, str) for p in v)
+        for k, v in allow.items()
+    ):
+        raise ValueError(f"{option}: 'allow' maps event types to lists of field paths")
+    if "input_audio_buffer.append" in allow:
+        raise ValueError(f"{option}: input_audio_buffer.append comes from RTP, not callers")
+    return {k: tuple(v) for k, v in allow.items()}
+
+
 def load_policy(text: str, option: str) -> ClientEventPolicy:
     """A policy from the operator's JSON file: ``{"allow": {"event.type": ["field.path", ...]},
     "rate_per_s": 10, "burst": 20}``; absent keys keep the defaults. ValueError names ``option``."""
@@ -133,14 +145,7 @@ def load_policy(text: str, option: str) -> ClientEventPolicy:
     policy = ClientEventPolicy()
     allow = raw.get("allow", None)
     if allow is not None:
-        if not isinstance(allow, dict) or not all(
-            isinstance(k, str) and isinstance(v, list) and all(isinstance(p, str) for p in v)
-            for k, v in allow.items()
-        ):
-            raise ValueError(f"{option}: 'allow' maps event types to lists of field paths")
-        if "input_audio_buffer.append" in allow:
-            raise ValueError(f"{option}: input_audio_buffer.append comes from RTP, not callers")
-        policy.allowed = {k: tuple(v) for k, v in allow.items()}
+        policy.allowed = _allow_table(allow, option)
     for name in ("rate_per_s", "burst"):
         value = raw.get(name, getattr(policy, name))
         if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:

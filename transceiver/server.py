@@ -14,6 +14,7 @@ import base64
 import secrets
 import socket
 import time
+from collections.abc import Callable
 
 from common.addr import Addr, is_tcp
 from common.config import ConfigError, load_keyring
@@ -175,6 +176,7 @@ class TransceiverServer:
         region_header: str | None = None,
         offer_at: float | None = None,
         resume_of: str | None = None,
+        on_registered: Callable[[], None] | None = None,
     ) -> Session | Refuse:
         """Where a session is created: credentials, table entries, then its SDP answer; the
         offer was admitted (``capacity_refusal``) and checked (``check_offer``) before.
@@ -185,8 +187,9 @@ class TransceiverServer:
         POST arrived (time.monotonic()), the start of the session's connect breakdown.
         ``resume_of``: the call id of a call that moves here (its resume token was claimed
         from its owner): the session takes it, and the backend is told it is resumed, unless
-        the call is here already (``ALREADY_HERE``). What aiortc refuses of the offer raises
-        ValueError; a backend that cannot be reached, BackendError.
+        the call is here already (``ALREADY_HERE``). ``on_registered`` is called once the
+        session is in the table (where capacity counts it from then on). What aiortc refuses
+        of the offer raises ValueError; a backend that cannot be reached, BackendError.
         """
         if resume_of is not None and resume_of in self.sessions:
             return ALREADY_HERE
@@ -208,6 +211,8 @@ class TransceiverServer:
             resource_id=resource_id,
         )
         self.sessions[session_id] = session
+        if on_registered is not None:
+            on_registered()
         self.demux.add(ufrag, password, session)
         self._count_sessions()
         self.metrics.sessions_started.inc()

@@ -299,6 +299,22 @@ def test_offers_admitted_count_against_capacity_until_they_settle():
     assert isinstance(adm.decide(request(), NOW, UNIX_NOW), Admit) and adm.pending == 1
 
 
+def test_a_session_in_the_table_gives_its_pending_place_back_at_once():
+    """While the first offer's session is being answered it is in the server's table: counted
+    there and still pending, a second offer at a limit of 2 would be refused for no one."""
+    server = Server(max_sessions=2)
+    adm = admission(server)
+    (first,) = decided(adm, request())
+    server.sessions["s1"] = object()  # create_session put it in the table...
+    adm.registered()  # ...and said so
+    (second,) = decided(adm, request())
+    assert isinstance(second, Admit), "one session and one offer fit a limit of 2"
+    adm.settle(first, "s1", registered=True)
+    assert adm.pending == 1
+    (third,) = decided(adm, request())
+    assert third.reason == "max_sessions"
+
+
 def test_a_moving_call_refused_for_capacity_is_told_to_try_another_pod_now():
     server = Server()
     adm = admission(server)

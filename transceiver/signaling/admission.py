@@ -203,9 +203,17 @@ class OfferAdmission:
         route = self.router.route_resume(admit.resume, unix_now, self.migrate_deadline_s)
         return resume_refused(route.reason) if isinstance(route, Refuse) else route
 
-    def settle(self, admit: Admit, session_id: str | None) -> None:
-        """The admitted offer became session ``session_id``, or (None) gave its place back."""
+    def registered(self) -> None:
+        """An admitted offer's session entered the server's table: it counts there from now on,
+        so its pending place is given back at once (counted in both, a concurrent offer would
+        be refused for a place nobody holds)."""
         self.pending -= 1
+
+    def settle(self, admit: Admit, session_id: str | None, *, registered: bool = False) -> None:
+        """The admitted offer became session ``session_id``, or (None) gave its place back;
+        ``registered``: its place was already given back by ``registered``."""
+        if not registered:
+            self.pending -= 1
         if self.per_client is not None:
             self.per_client.settle(admit.key, session_id)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -115,6 +115,7 @@ class WhipServer(Capacity, Protocol):
         region_header: str | None = None,
         offer_at: float | None = None,
         resume_of: str | None = None,
+        on_registered: Callable[[], None] | None = None,
     ) -> Session | Refuse: ...
 
     def claim_migration(self, token: str) -> tuple[str, dict[str, str]] | Refuse: ...
@@ -204,10 +205,17 @@ class WhipHandlers:
         if isinstance(admitted, Refuse):
             return self._refused("POST", admitted)
         created: Created | Refuse | None = None
+        placed = [False]  # the session entered the server's table: its place counts there
+
+        def registered() -> None:
+            placed[0] = True
+            self.admission.registered()
+
         try:
-            created = await self._create(request, admitted)
+            created = await self._create(request, admitted, registered)
         finally:
-            self.admission.settle(admitted, created.id if isinstance(created, Created) else None)
+            session_id = created.id if isinstance(created, Created) else None
+            self.admission.settle(admitted, session_id, registered=placed[0])
         if isinstance(created, Refuse):
             return self._refused("POST", created)
         self.metrics.whip_requests.labels("POST", "201").inc()
@@ -232,7 +240,9 @@ class WhipHandlers:
             resume=headers.get(RESUME_HEADER),
         )
 
-    async def _create(self, request: web.Request, admit: Admit) -> Created | Refuse:
+    async def _create(
+        self, request: web.Request, admit: Admit, registered: Callable[[], None]
+    ) -> Created | Refuse:
         """Read and check the offer, claim the call it resumes (if it does), make the session:
         its answer, or why not (the admission's steps 8 and 9, then the server's)."""
         body = await self._read(request, self.admission.too_large, OFFER_TIMEOUT)
@@ -253,6 +263,7 @@ class WhipHandlers:
                 admit.region,
                 offer_at=admit.received_at,
                 resume_of=resume_of,
+                on_registered=registered,
             )
         except BackendError as exc:
             # The detail (it may name the backend's URL and a secret in it) stays in our log.

@@ -8,9 +8,12 @@ click options and the config they make come from these fields. Validation raises
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,27 +37,98 @@ from common.options import (
     option,
     words,
 )
+from transceiver.backend import SAMPLE_RATES, Backend
+from transceiver.backends import create_backend
+from transceiver.backends.realtime.policy import ClientEventPolicy, load_policy
 from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.headroom import LoadLimits
 from transceiver.ownership import Peers, SessionRouter
 from transceiver.regions import RegionTable, parse_region, parse_region_prefix
 from transceiver.signaling.forward_budget import PeerLimits
-from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets, read_secrets_file
+from transceiver.signaling.realtime_secrets import parse_session
+from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
+
+if TYPE_CHECKING:
+    from transceiver.backends.realtime.backend import RealtimeBackendConfig
 
 TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
+REALTIME_KEY_ENV = f"{ENV_PREFIX}REALTIME_KEY"
+BACKEND_KEY_ENV = f"{ENV_PREFIX}BACKEND_KEY"
+BACKENDS = ("echo", "websocket", "realtime")
 EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
 _PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
 
 
+def secret_text(option: str, path: str | None, env: str) -> tuple[str, str] | None:
+    """A secret option's text and where it came from (the variable, or the option), from the
+    variable ``env`` or the file ``path`` (never the command line: the file's name is)."""
+    value = os.environ.get(env)
+    if value and path:
+        raise ConfigError(option, f"give it or {env}, not both")
+    if value:
+        return value, env
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(), option
+    except OSError as exc:
+        raise ConfigError(option, f"cannot read {path}: {exc.strerror}") from None
+
+
 def read_token_secrets(option: str, path: str | None) -> tuple[bytes, ...]:
     """The signed tokens' secrets, from RTCEDGE_TOKEN_SECRET or --token-secret-file."""
-    env = os.environ.get(TOKEN_SECRET_ENV)
-    if env and path:
-        raise ConfigError(option, f"give it or {TOKEN_SECRET_ENV}, not both")
-    if env:
-        return parse_secrets(env, TOKEN_SECRET_ENV)
-    return read_secrets_file(path) if path else ()
+    found = secret_text(option, path, TOKEN_SECRET_ENV)
+    return parse_secrets(*found) if found else ()
+
+
+def read_realtime_keys(option: str, path: str | None) -> tuple[bytes, ...]:
+    """The operator's Realtime API keys, from RTCEDGE_REALTIME_KEY or --realtime-key-file."""
+    found = secret_text(option, path, REALTIME_KEY_ENV)
+    return parse_secrets(*found) if found else ()
+
+
+def read_backend_key(option: str, path: str | None) -> str | None:
+    """The model server's API key: the first line that is not blank or a ``#`` comment."""
+    found = secret_text(option, path, BACKEND_KEY_ENV)
+    if found is None:
+        return None
+    text, where = found
+    lines = [line.strip() for line in text.splitlines()]
+    keys = [line for line in lines if line and not line.startswith("#")]
+    if len(keys) != 1 or any(c.isspace() or not c.isprintable() for c in keys[0]):
+        raise ConfigError(where, "expected one key on one line")
+    return keys[0]
+
+
+def read_json_file(option: str, path: str) -> object:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(option, f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(option, f"{path} is not JSON: {exc}") from None
+
+
+def read_realtime_session(option: str, path: str | None) -> dict[str, Any] | None:
+    """The operator's Realtime session (``parse_session``'s rules: its audio formats are ours)."""
+    if path is None:
+        return None
+    try:
+        return parse_session(read_json_file(option, path), "the session")
+    except ValueError as exc:
+        raise ConfigError(option, str(exc)) from None
+
+
+def read_realtime_policy(option: str, path: str | None) -> ClientEventPolicy | None:
+    if path is None:
+        return None
+    try:
+        return load_policy(Path(path).read_text(), option)
+    except OSError as exc:
+        raise ConfigError(option, f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(option, str(exc).removeprefix(f"{option}: ")) from None
 
 
 def is_network(cidr: str) -> bool:
@@ -153,17 +227,67 @@ class TransceiverConfig:
     backend: str = option(
         "--backend",
         default="echo",
-        type=click.Choice(["echo", "websocket"]),
-        check=must(lambda b: b in ("echo", "websocket"), "unknown backend {!r} (echo, websocket)"),
+        type=click.Choice(list(BACKENDS)),
+        check=must(lambda b: b in BACKENDS, "unknown backend {!r} (echo, websocket, realtime)"),
         chart="transceiver.backend",
-        help="Where callers' audio and events go.",
+        help="Where callers' audio and events go: echo, websocket (our protocol) or realtime "
+        "(a Realtime-API model server, docs/realtime.md).",
     )
     backend_url: str | None = option(  # may hold a credential
         "--backend-url",
         repr=False,
         chart="transceiver.backendUrl",
-        help="ws:// or wss:// URL for --backend websocket; one holding a credential (a user, a "
-        "password, token=...) only by the environment.",
+        help="ws:// or wss:// URL for --backend websocket or realtime; one holding a credential "
+        "(a user, a password, token=...) only by the environment.",
+    )
+    backend_key: str | None = option(  # the model server's API key: a bearer on its WebSocket
+        "--backend-key-file",
+        parse=read_backend_key,
+        env_secret=BACKEND_KEY_ENV,
+        repr=False,
+        chart=EXTRA,
+        help="File holding the model server's API key (--backend realtime), sent as its bearer; "
+        "or set RTCEDGE_BACKEND_KEY.",
+    )
+    backend_ca_file: str | None = option(
+        "--backend-ca-file",
+        check=must(os.path.isfile, "no such file: {!r}"),
+        chart=EXTRA,
+        help="CA bundle that signs a wss:// --backend-url's server (default: the system's).",
+    )
+    audio_rate: int | None = option(
+        "--audio-rate",
+        type=click.Choice([str(rate) for rate in SAMPLE_RATES]),
+        parse=lambda _option, given: None if given is None else int(given),
+        chart=EXTRA,
+        help="PCM16 rate, in Hz, of the echo and realtime backends [default: echo 48000, "
+        "realtime 24000]; a websocket backend chooses per call.",
+    )
+    realtime_session: dict[str, Any] | None = option(  # the operator's session.update, first event
+        "--realtime-session-file",
+        parse=read_realtime_session,
+        code_default=None,
+        chart=EXTRA,
+        help="JSON file of the Realtime session (model, instructions, voice, tools...) sent to "
+        "the model server first on every call; apps and callers may not change it.",
+    )
+    realtime_policy: ClientEventPolicy | None = option(
+        "--realtime-policy-file",
+        parse=read_realtime_policy,
+        code_default=None,
+        chart=EXTRA,
+        help="JSON file of the caller events the model server may get, by type and field, and "
+        "their rate (docs/realtime.md, 'What a caller may send') [default: the built-in list].",
+    )
+    realtime_keys: tuple[bytes, ...] = option(  # the operator's API keys: app servers hold them
+        "--realtime-key-file",
+        parse=read_realtime_keys,
+        env_secret=REALTIME_KEY_ENV,
+        code_default=(),
+        repr=False,
+        chart=EXTRA,
+        help="File of API keys (one per line, >= 32 bytes) that app servers present to POST "
+        "/v1/realtime/client_secrets and /v1/realtime/calls; or set RTCEDGE_REALTIME_KEY.",
     )
     audio_format: str = option(  # the echo backend's; a websocket backend picks per session
         "--audio-format",
@@ -532,13 +656,7 @@ class TransceiverConfig:
         check_fields(self)
         if bool(self.keyring_path) == bool(self.keyring_json):
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
-        if self.backend == "websocket" and not self.backend_url:
-            raise ConfigError("--backend-url", "required with --backend websocket")
-        if self.backend != "echo" and self.audio_format != "pcm16":
-            raise ConfigError(
-                "--audio-format",
-                "only for --backend echo: a websocket backend chooses its format per call",
-            )
+        self._check_backend()
         if self.metrics is not None and self.metrics == self.http and self.http[1] != 0:
             raise ConfigError("--metrics", "must not be the --http address")
         self.region_table()
@@ -548,6 +666,73 @@ class TransceiverConfig:
                 "is believed only from a --trusted-proxy: set it to the proxy that sets the header",
             )
         return self
+
+    def _check_backend(self) -> None:
+        """The backend options agree with --backend, and the backend can be built from them."""
+        backend = self.backend
+        if backend != "echo" and not self.backend_url:
+            raise ConfigError("--backend-url", f"required with --backend {backend}")
+        if backend == "echo" and self.backend_url:
+            raise ConfigError("--backend-url", "the echo backend takes none: add --backend")
+        if backend != "echo" and self.audio_format != "pcm16":
+            raise ConfigError(
+                "--audio-format",
+                f"only for --backend echo: {backend} sends and takes PCM16 (a websocket "
+                "backend chooses its format per call)",
+            )
+        if backend == "websocket" and self.audio_rate is not None:
+            raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
+        realtime_only = {
+            "--backend-key-file": self.backend_key is not None,
+            "--backend-ca-file": self.backend_ca_file is not None,
+            "--realtime-session-file": self.realtime_session is not None,
+            "--realtime-policy-file": self.realtime_policy is not None,
+        }
+        for flag, given in realtime_only.items():
+            if given and backend != "realtime":
+                raise ConfigError(flag, "only for --backend realtime")
+        if self.realtime_keys and backend != "realtime":
+            raise ConfigError("--realtime-key-file", "only for --backend realtime")
+        if backend == "realtime":
+            try:
+                self.realtime_backend_config()
+            except ValueError as exc:
+                raise ConfigError("--backend-url", str(exc)) from None
+        elif backend == "websocket":
+            from transceiver.backends.websocket import WebSocketBackendConfig
+
+            try:
+                WebSocketBackendConfig.from_options(self.backend_url or "", {})
+            except ValueError as exc:
+                raise ConfigError("--backend-url", str(exc)) from None
+
+    def realtime_backend_config(self) -> RealtimeBackendConfig:
+        """The realtime backend's configuration (ValueError on a bad URL)."""
+        from transceiver.backends.realtime.backend import RealtimeBackendConfig
+
+        extra: dict[str, Any] = {}
+        if self.audio_rate is not None:
+            extra["sample_rate"] = self.audio_rate
+        if self.realtime_policy is not None:
+            extra["policy"] = self.realtime_policy
+        return RealtimeBackendConfig(
+            url=self.backend_url or "",
+            api_key=self.backend_key,
+            ca_file=self.backend_ca_file,
+            session=self.realtime_session or {},
+            **extra,
+        )
+
+    def make_backend(self) -> Backend:
+        """The backend --backend names, built from its options."""
+        if self.backend == "realtime":
+            from transceiver.backends.realtime import RealtimeBackend
+
+            return RealtimeBackend(self.realtime_backend_config())
+        if self.backend == "websocket":
+            return create_backend("websocket", self.backend_url)
+        rate = {} if self.audio_rate is None else {"sample_rate": self.audio_rate}
+        return create_backend("echo", audio_format=self.audio_format, **rate)
 
     @cached_property
     def http_limits(self) -> ListenerLimits:

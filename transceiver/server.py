@@ -25,7 +25,6 @@ from common.sessionid import CALL_ID_LEN, sign_session_id
 from common.sockets import set_buffers
 from common.verdict import Refuse
 from transceiver.backend import Backend
-from transceiver.backends import create_backend
 from transceiver.call import opus, seam
 from transceiver.call.certificate import CertificateHolder
 from transceiver.call.lifecycle import State
@@ -59,9 +58,7 @@ class TransceiverServer:
         seam.check()  # the aiortc/aioice internals the calls rely on (transceiver.call.seam)
         self.config = config.validate()
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
-        url = config.backend_url if config.backend == "websocket" else None
-        options = {"audio_format": config.audio_format} if config.backend == "echo" else {}
-        self.backend = backend or create_backend(config.backend, url, **options)
+        self.backend = backend or config.make_backend()
         self.metrics = TransceiverMetrics()
         self.regions = config.region_table()
         for label in self.regions.labels:  # every region shows, at 0 until its first session

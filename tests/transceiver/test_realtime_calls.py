@@ -19,6 +19,7 @@ from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from openai.types.realtime import RealtimeClientEvent
+from prometheus_client import generate_latest
 from pydantic import TypeAdapter
 
 from testbed.callers import RATE, ToneTrack, goertzel_power
@@ -157,6 +158,17 @@ async def heard(track: MediaStreamTrack, frames: list[int]) -> None:
                 frames[0] += 1
 
 
+async def settled(count: list[int], idle_s: float = 0.3, timeout_s: float = 10.0) -> bool:
+    """True once ``count[0]`` stops changing for ``idle_s``; False after ``timeout_s``."""
+    deadline, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        if count[0] == last:
+            return True
+        last = count[0]
+        await asyncio.sleep(idle_s)
+    return False
+
+
 def test_a_browser_flow_call_talks_to_the_model_server_both_ways():
     async def model(ws: web.WebSocketResponse, received: list) -> None:
         await ws.send_json({"type": "session.created", "event_id": "e0", "session": {}})
@@ -222,6 +234,7 @@ def test_a_browser_flow_call_talks_to_the_model_server_both_ways():
                     async with http.post(f"{base}{location}/hangup", headers=bearer) as r:
                         assert r.status == 200, await r.text()
                     assert await wait_until(lambda: not trx.sessions)
+                    scraped = generate_latest(trx.metrics.registry).decode()
             finally:
                 for task in tasks:
                     task.cancel()
@@ -240,6 +253,70 @@ def test_a_browser_flow_call_talks_to_the_model_server_both_ways():
         error = next(e for e in events if e["type"] == "error")
         assert "session.model" in error["error"]["message"]
         assert events[0]["type"] == "session.created"
+        counted = dict(re.findall(r'backend_events_total\{event="(\w+)"\} (\S+)', scraped))
+        assert float(counted["caller_events_refused"]) == 1.0, counted
+        assert float(counted["appends"]) == len(appends) and float(counted["deltas"]) == 1.0
+
+    run(go(), 60)
+
+
+def test_a_barge_in_stops_the_answer_and_the_truncate_says_what_the_caller_heard():
+    async def model(ws: web.WebSocketResponse, received: list) -> None:
+        await ws.send_json({"type": "session.created", "event_id": "e0", "session": {}})
+        await wait_until(
+            lambda: sum(e["type"] == "input_audio_buffer.append" for e in received) >= 5
+        )
+        await ws.send_json(
+            {"type": "response.output_audio.delta", "event_id": "e1", "response_id": "r1",
+             "item_id": "item_1", "output_index": 0, "content_index": 0,
+             "delta": base64.b64encode(tone_24k(ANSWER_HZ, 3.0)).decode()}
+        )  # fmt: skip
+        await wait_until(lambda: frames[0] >= 25, 15)  # the caller has heard half a second
+        await ws.send_json(
+            {"type": "input_audio_buffer.speech_started", "event_id": "e2", "audio_start_ms": 900,
+             "item_id": "item_2"}
+        )  # fmt: skip
+        await wait_until(lambda: any(e["type"] == "conversation.item.truncate" for e in received))
+        await wait_until(lambda: ws.closed, 15)
+
+    frames = [0]
+
+    async def go() -> None:
+        async with Server(model) as server, running(realtime_config(server.url)) as (_, base):
+            pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+            pc.addTrack(ToneTrack(440))
+            channel = pc.createDataChannel("oai-events")
+            events: list[dict] = []
+            channel.on("message", lambda m: events.append(json.loads(m)))
+            tasks: list[asyncio.Task] = []
+            pc.on("track", lambda track: tasks.append(asyncio.ensure_future(heard(track, frames))))
+            try:
+                async with aiohttp.ClientSession() as http:
+                    await pc.setLocalDescription(await pc.createOffer())
+                    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/sdp"}
+                    async with http.post(
+                        f"{base}/v1/realtime/calls", data=pc.localDescription.sdp, headers=headers
+                    ) as r:
+                        answer = await r.text()
+                        assert r.status == 201, answer
+                    await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+                    assert await wait_until(
+                        lambda: any(e["type"] == "output_audio_buffer.cleared" for e in events), 20
+                    ), [e["type"] for e in events]
+                    # What was sent before the cut arrives; nothing after it does.
+                    assert await settled(frames)
+                    heard_ms = frames[0] * 20
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await pc.close()
+        truncate = next(e for e in server.received[0] if e["type"] == "conversation.item.truncate")
+        assert truncate["item_id"] == "item_1" and truncate["content_index"] == 0
+        assert abs(truncate["audio_end_ms"] - heard_ms) <= 40, (truncate, heard_ms)
+        assert heard_ms < 2000, "the answer (3 s) stopped at the barge-in"
+        assert {"response.cancel"} & {e["type"] for e in server.received[0]} == set(), (
+            "server VAD cancels its own response (OpenAI's behaviour)"
+        )
 
     run(go(), 60)
 

@@ -15,6 +15,8 @@ would not have (docs/backends.md, "realtime").
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import logging
 import ssl
@@ -148,6 +150,15 @@ class RealtimeSession(BackendSession):
     """
 
     audio_format = PCM16
+
+    def counters(self) -> dict[str, int]:
+        """What this call did so far: its conversation's counts and the outbox's drops."""
+        counts = dataclasses.asdict(self.conversation.counts)
+        return {
+            **counts,
+            "appends_dropped": self.appends_dropped,
+            "events_dropped": self.events_dropped,
+        }
 
     def __init__(
         self,
@@ -345,6 +356,7 @@ class RealtimeBackend(Backend):
         if context is not None:
             self._options["ssl"] = context
         self._sessions: set[RealtimeSession] = set()
+        self._ended_totals: collections.Counter[str] = collections.Counter()  # of ended calls
         self._closed = False
 
     async def open_session(
@@ -379,10 +391,23 @@ class RealtimeBackend(Backend):
                 raise
             raise BackendError(f"cannot open a realtime session at {cfg.url}: {exc}") from exc
         session = RealtimeSession(
-            info, connection, cfg, emit_audio, emit_event, on_failure, self._sessions.discard, first
+            info, connection, cfg, emit_audio, emit_event, on_failure, self._ended, first
         )
         self._sessions.add(session)
         return session
+
+    def _ended(self, session: RealtimeSession) -> None:
+        """A call closed: what it did is added to the totals of the calls that ended."""
+        self._sessions.discard(session)
+        self._ended_totals.update(session.counters())
+
+    def counters(self) -> Mapping[str, int]:
+        """The calls' counts (barge-ins, truncates, refused caller events, appends dropped...):
+        the ended calls' totals and the live calls' counts so far."""
+        totals = collections.Counter(self._ended_totals)
+        for session in self._sessions:
+            totals.update(session.counters())
+        return dict(totals)
 
     async def close(self) -> None:
         self._closed = True

@@ -306,8 +306,15 @@ class TransceiverMetrics:
     whip_requests = Declared(
         Counter,
         "rtcedge_transceiver_whip_requests",
-        "WHIP requests, by method and status.",
+        "Signaling requests (WHIP, and /v1/realtime/calls with --backend realtime), by method"
+        " and status.",
         labels=("method", "status"),
+    )
+    realtime_client_secrets = Declared(
+        Counter,
+        "rtcedge_transceiver_realtime_client_secrets",
+        "POST /v1/realtime/client_secrets answers, by status (200: a client secret minted).",
+        labels=("status",),
     )
     offers_refused = Declared(
         Counter,

@@ -37,12 +37,55 @@ from transceiver.backends.realtime.conversation import (
 )
 from transceiver.backends.realtime.policy import ClientEventPolicy
 
-__all__ = ["RealtimeBackend", "RealtimeBackendConfig", "RealtimeSession"]
+__all__ = [
+    "APP_SESSION_KEY",
+    "RealtimeBackend",
+    "RealtimeBackendConfig",
+    "RealtimeSession",
+    "app_session",
+    "app_session_metadata",
+]
 
 log = logging.getLogger(__name__)
 
 CLEAR_AUDIO = {"type": "audio.clear"}  # the transceiver's control event (transceiver.call.session)
 SAMPLE_RATES = (8000, 16000, 24000, 48000)
+# The metadata key of the session an app set for its call (its client secret's, its calls form's),
+# as compact JSON: metadata travels with a call that moves to another transceiver.
+APP_SESSION_KEY = "realtime_session"
+
+
+def app_session_metadata(session: Mapping[str, Any] | None) -> dict[str, str]:
+    """The metadata entry that carries an app's session to the backend (none for no session)."""
+    if not session:
+        return {}
+    return {APP_SESSION_KEY: json.dumps(session, separators=(",", ":"))}
+
+
+def app_session(metadata: Mapping[str, str]) -> dict[str, Any]:
+    """The app's session a call's metadata carries ({} for none, or for one that is not JSON:
+    the signaling wrote it, so that is a bug, logged, not the caller's fault)."""
+    text = metadata.get(APP_SESSION_KEY)
+    if not text:
+        return {}
+    try:
+        session = json.loads(text)
+    except ValueError:
+        log.error("a call's %s is not JSON; the operator's session alone is used", APP_SESSION_KEY)
+        return {}
+    return session if isinstance(session, dict) else {}
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s fields over it, objects merged field by field (lists replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            out[key] = merged(below, value)
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,9 +127,10 @@ class RealtimeBackendConfig:
             return None
         return ssl.create_default_context(cafile=self.ca_file)
 
-    def session_update(self) -> dict[str, Any]:
-        """The first client event: the operator's session with the audio formats fixed."""
-        session = {"type": "realtime", **self.session}
+    def session_update(self, app: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The first client event: the app's session (``app_session``) with the operator's over
+        it (an app cannot undo what the operator set), and the audio formats fixed."""
+        session = {"type": "realtime", **merged(app or {}, self.session)}
         audio_format = {"type": "audio/pcm", "rate": self.sample_rate}
         audio = dict(session.get("audio") or {})
         audio["input"] = {**(audio.get("input") or {}), "format": audio_format}
@@ -322,7 +366,7 @@ class RealtimeBackend(Backend):
         try:
             async with asyncio.timeout(cfg.connect_timeout_s):
                 connection = await manager.enter()
-                await connection.send(cfg.session_update())
+                await connection.send(cfg.session_update(app_session(info.metadata)))
                 first = await connection.recv_bytes()
         except BaseException as exc:
             if connection is not None:

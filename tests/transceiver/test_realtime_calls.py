@@ -327,7 +327,10 @@ def test_the_calls_door_refuses_each_bad_request_with_its_reason():
         await wait_until(lambda: ws.closed, 15)
 
     async def go() -> None:
-        async with Server(model) as server, running(realtime_config(server.url)) as (_, base):
+        async with (
+            Server(model) as server,
+            running(cfg := realtime_config(server.url)) as (_, base),
+        ):
             pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
             pc.addTrack(ToneTrack(440))
             pc.createDataChannel("oai-events")
@@ -368,6 +371,15 @@ def test_the_calls_door_refuses_each_bad_request_with_its_reason():
                 assert await wait_until(lambda: len(server.received) == 1)
                 first = server.received[0][0]["session"]
                 assert first["tools"] == TOOLS and first["model"] == "operator-model", "its own"
+                # A form holds a whole offer and a whole session: 9 KB + 7 KB passes.
+                padded = offer.replace(
+                    "a=mid:0\r\n", "a=mid:0\r\n" + f"a=x-pad:{'p' * 52}\r\n" * 150, 1
+                )
+                big = {"tools": TOOLS, "instructions": "i" * 7000}
+                content_type, body = form(padded, big)
+                assert len(padded) > 9000 and len(body) > cfg.max_sdp_bytes
+                status, text = await call(KEY, body, {"Content-Type": content_type})
+                assert status == 201, text
                 status, minted = await mint_secret(http, base, {"expires_after": {"seconds": 5}})
                 assert status == 400 and "expires_after.seconds" in minted["error"]["message"]
                 async with http.post(
@@ -396,6 +408,23 @@ def test_client_secrets_need_keys_and_a_signing_secret(overrides, says):
         async with running(cfg) as (_, base), aiohttp.ClientSession() as http:
             status, answer = await mint_secret(http, base, {})
             assert status == 503 and says in answer["error"]["message"]
+
+    run(go(), 20)
+
+
+def test_the_static_token_guards_the_calls_door_too():
+    async def go() -> None:
+        cfg = realtime_config(
+            "ws://127.0.0.1:9/v1/realtime?model=m", token_secrets=(), realtime_keys=(),
+            auth_token="t" * 32,
+        )  # fmt: skip
+        async with running(cfg) as (_, base), aiohttp.ClientSession() as http:
+            sdp = {"Content-Type": "application/sdp"}
+            async with http.post(f"{base}/v1/realtime/calls", data="v=0", headers=sdp) as r:
+                assert r.status == 401
+            bearer = {**sdp, "Authorization": "Bearer " + "t" * 32}
+            async with http.post(f"{base}/v1/realtime/calls", data="v=0", headers=bearer) as r:
+                assert r.status == 400, "past the gate: the offer itself is refused"
 
     run(go(), 20)
 

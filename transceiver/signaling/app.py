@@ -71,14 +71,16 @@ def make_app(server: TransceiverServer) -> web.Application:
 
 def _realtime_calls(cfg: TransceiverConfig) -> RealtimeCalls:
     """The door of /v1/realtime/calls: client secrets (signed tokens of the Realtime audience,
-    up to their size with a session in them) and the operator's API keys."""
+    up to their size with a session in them), the operator's API keys, and the static
+    --auth-token if one is set."""
     verifier = None
     if cfg.token_secrets:
         verifier = TokenVerifier(
             cfg.token_secrets, cfg.token_max_ttl_s, REALTIME_AUDIENCE, MAX_KEY_CHARS
         )
     policy = cfg.realtime_policy or ClientEventPolicy()
-    return RealtimeCalls(Gate(None, verifier, cfg.realtime_keys), policy, cfg.max_sdp_bytes)
+    gate = Gate(cfg.auth_token, verifier, cfg.realtime_keys)  # --auth-token guards it too
+    return RealtimeCalls(gate, policy, cfg.max_sdp_bytes)
 
 
 def make_metrics_app(server: TransceiverServer) -> web.Application:

@@ -103,13 +103,10 @@ class RealtimeCalls:
     call's caller may set (see the module docstring)."""
 
     def __init__(self, gate: Gate, policy: ClientEventPolicy, max_sdp_bytes: int) -> None:
-        self.door = Door(gate, frozenset({SDP, FORM}))
+        self.max_body_bytes = max_sdp_bytes + MAX_FORM_EXTRA_BYTES
+        self.door = Door(gate, frozenset({SDP, FORM}), self.max_body_bytes)
         self.policy = policy
         self.max_sdp_bytes = max_sdp_bytes
-
-    @property
-    def max_body_bytes(self) -> int:
-        return self.max_sdp_bytes + MAX_FORM_EXTRA_BYTES
 
     def read(
         self, caller: Caller, content_type: str, body: bytes

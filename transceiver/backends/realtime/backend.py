@@ -9,7 +9,7 @@ one receiver task hands what the server sends to the conversation and carries ou
 A dropped WebSocket, a malformed or oversized message, a ``server_error`` or a server that sends
 nothing within ``connect_timeout_s`` of the upgrade ends that call (``on_failure``) with the reason
 logged; no retry: a conversation's state lives in the server's session, which a new WebSocket
-would not have (docs/backends.md, "realtime").
+would not have (docs/realtime.md).
 """
 
 from __future__ import annotations
@@ -52,6 +52,19 @@ log = logging.getLogger(__name__)
 
 CLEAR_AUDIO = {"type": "audio.clear"}  # the transceiver's control event (transceiver.call.session)
 SAMPLE_RATES = (8000, 16000, 24000, 48000)
+# The per-call counts in the line logged at a call's end, in its order.
+LOGGED_COUNTS = (
+    "appends",
+    "appends_dropped",
+    "events_dropped",
+    "deltas",
+    "barge_ins",
+    "truncates",
+    "late_deltas_dropped",
+    "caller_events_refused",
+    "caller_events_limited",
+    "server_errors",
+)
 # The metadata key of the session an app set for its call (its client secret's, its calls form's),
 # as compact JSON: metadata travels with a call that moves to another transceiver.
 APP_SESSION_KEY = "realtime_session"
@@ -308,20 +321,14 @@ class RealtimeSession(BackendSession):
             log.debug("session %s: unclean close: %r", self.info.session_id, exc)
         self.state = "closed"
         self._on_closed(self)
-        counts = self.conversation.counts
+        counts = self.counters()
         log.info(
-            "session %s: realtime closed (%s): appends %d (dropped %d), deltas %d, barge-ins %d, "
-            "late deltas dropped %d, caller events refused %d limited %d, server errors %d",
+            "session %s: realtime closed (%s): appends %d (dropped %d), events dropped %d, "
+            "deltas %d, barge-ins %d, truncates %d, late deltas dropped %d, caller events "
+            "refused %d limited %d, server errors %d",
             self.info.session_id,
             self.close_reason,
-            counts.appends,
-            self.appends_dropped,
-            counts.deltas,
-            counts.barge_ins,
-            counts.late_deltas_dropped,
-            counts.caller_events_refused,
-            counts.caller_events_limited,
-            counts.server_errors,
+            *(counts[name] for name in LOGGED_COUNTS),
         )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 
 import pytest
 from aiohttp import web
-from openai.types.realtime import RealtimeClientEvent
+from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from tests.support.realtime_server import Server
@@ -21,6 +21,7 @@ from transceiver.backend import BackendError, SessionInfo
 from transceiver.backends.realtime import RealtimeBackend, RealtimeBackendConfig
 
 CLIENT = TypeAdapter(RealtimeClientEvent)
+SERVER = TypeAdapter(RealtimeServerEvent)
 FRAME = 960  # 20 ms PCM16 at 24 kHz
 
 
@@ -71,22 +72,39 @@ def backend(url: str, **kw) -> RealtimeBackend:
 
 
 def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
+    """The whole walk of a call, every event both ways validated against the pinned ``openai``
+    package's types: session.update, appends, a response, a barge-in with truncate, an error."""
+    sent_by_server: list[dict] = []
+
+    async def send(ws: web.WebSocketResponse, event: dict) -> None:
+        sent_by_server.append(event)
+        await ws.send_json(event)
+
     async def handler(ws: web.WebSocketResponse, received: list) -> None:
-        await ws.send_json(created())
+        await send(ws, created())
         await wait_until(
             lambda: sum(e["type"] == "input_audio_buffer.append" for e in received) >= 3
         )
-        await ws.send_json(delta("item_a", b"\x01\x00" * 480 * 50))  # 1 s of answer at once
+        await send(ws, delta("item_a", b"\x01\x00" * 480 * 50))  # 1 s of answer at once
         await wait_until(lambda: any(e["type"] == "response.create" for e in received))
-        await ws.send_json(
+        await send(
+            ws,
             {
                 "type": "input_audio_buffer.speech_started",
                 "event_id": "e5",
                 "audio_start_ms": 60,
                 "item_id": "u1",
-            }
+            },
         )
         await wait_until(lambda: any(e["type"] == "conversation.item.truncate" for e in received))
+        await send(
+            ws,
+            {
+                "type": "error",
+                "event_id": "e6",
+                "error": {"type": "invalid_request_error", "message": "no such item"},
+            },
+        )
 
     async def body() -> None:
         async with Server(handler) as server:
@@ -108,6 +126,7 @@ def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
             await wait_until(
                 lambda: any(e["type"] == "conversation.item.truncate" for e in server.received[0])
             )
+            await wait_until(lambda: any(e["type"] == "error" for e in sinks.events))
             await session.close("hangup")
             await rt.close()
         sent = server.received[0]
@@ -130,7 +149,10 @@ def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
             "output_audio_buffer.cleared" in kinds and "input_audio_buffer.speech_started" in kinds
         )
         assert "response.output_audio.delta" not in kinds  # audio goes by RTP, not the channel
-        assert sinks.failures == []
+        assert sinks.failures == [], "an invalid_request_error is the caller's, not the end"
+        for event in sent_by_server:
+            SERVER.validate_python(event)
+        assert "error" in kinds
 
     run(body())
 

@@ -72,7 +72,17 @@ def from_checkout(command: str) -> Iterator[None]:
         ) from None
 
 
-@main.command()
+UP_EXAMPLES = """
+\b
+Examples:
+  rtcedge up                  # the echo: open http://127.0.0.1:8080/ and press Talk
+  rtcedge up --agent          # a voice agent: open http://127.0.0.1:8080/realtime
+  RTCEDGE_BACKEND_KEY=... rtcedge up --backend realtime \\
+      --backend-url 'ws://HOST:PORT/v1/realtime?model=...'     # your own model server
+"""
+
+
+@main.command(epilog=UP_EXAMPLES)
 @click.option(
     "--http",
     default="127.0.0.1:8080",

@@ -3,8 +3,9 @@
 ``up`` starts the example voice agent (examples/voice_agent/agent.py) as a child of its own on a
 free loopback port, with a fresh key by files and environments only, and points the transceiver's
 realtime backend at it. An aiortc caller says "hello" over WHIP and hears the agent answer, with
-the agent's Realtime events on its ``oai-events`` channel; the agent ends with ``up``, whether
-``up`` stops (SIGTERM) or is killed (SIGKILL: the parent-death signal, common/lifetime.py).
+the agent's Realtime events on its ``oai-events`` channel; the Realtime door the /realtime page
+calls answers too. The agent ends with ``up``, whether ``up`` stops (SIGTERM) or is killed
+(SIGKILL: the parent-death signal, common/lifetime.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import json
 import signal
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import av
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
@@ -32,6 +35,7 @@ from tests.support.processes import alive, identities
 from tests.support.up import REPO, end_up, up_command, up_env, wait_ready
 from tests.support.voice_agent import spoken
 from tests.support.waits import run, wait_for, wait_until
+from tests.support.whip import make_offer
 
 pytestmark = pytest.mark.skipif(
     bool(agent_missing()), reason=f"the voice agent needs {agent_missing()} (the agent extra)"
@@ -150,6 +154,8 @@ def test_up_agent_answers_a_call_and_its_agent_ends_with_up() -> None:
         assert page.endswith("/realtime"), ready
         base = page.removesuffix("/realtime")
         assert f"{base}/ and press Talk" in ready, ready
+        with urllib.request.urlopen(page, timeout=10) as response:  # the page it names
+            assert response.status == 200 and "text/html" in response.headers["Content-Type"]
 
         # The transceiver's realtime backend is the agent, by the environment, with the key
         # the agent read from a file now gone; no key on any command line.
@@ -174,9 +180,22 @@ def test_up_agent_answers_a_call_and_its_agent_ends_with_up() -> None:
         assert up.returncode == 0
 
 
+async def realtime_call(base: str) -> tuple[int, str]:
+    """An offer at the Realtime door as the /realtime page sends it with no key (the local
+    stack's door is open): (status, Content-Type)."""
+    headers = {"Content-Type": "application/sdp", "Authorization": "Bearer "}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base}/v1/realtime/calls", data=await make_offer(), headers=headers) as r,
+    ):
+        return r.status, r.content_type
+
+
 def test_the_agent_ends_when_up_is_killed() -> None:
-    with agent_up() as (up, _ready, children):
+    with agent_up() as (up, ready, children):
         assert the_one(children, str(AGENT)) in children_of(up.pid)  # `up`'s own child
+        base = ready.split("open ", 1)[1].split()[0].removesuffix("/realtime")
+        assert run(realtime_call(base)) == (201, "application/sdp")
         up.send_signal(signal.SIGKILL)
         up.wait(timeout=GONE_TIMEOUT_S)
         assert wait_for(lambda: alive(children), [], GONE_TIMEOUT_S), alive(children)

@@ -174,7 +174,8 @@ Examples:
     default=False,
     help="Talk to a voice agent: run the example one (examples/voice_agent/, offline; pip "
     "install -e '.[agent]', apt-get install espeak-ng) on a free loopback port, with a fresh "
-    "key, as --backend realtime; open /realtime. Not with --backend or --backend-url.",
+    "key, as --backend realtime; open /realtime. Not with --backend, --backend-url or "
+    "--backend-key-file.",
 )
 @click.option(
     "--token-secret-file",

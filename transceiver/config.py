@@ -114,8 +114,9 @@ def read_realtime_session(option: str, path: str | None) -> dict[str, Any] | Non
     """The operator's Realtime session (``parse_session``'s rules: its audio formats are ours)."""
     if path is None:
         return None
+    given = read_json_file(option, path)  # its ConfigError names the option already
     try:
-        return parse_session(read_json_file(option, path), "the session")
+        return parse_session(given, "the session")
     except ValueError as exc:
         raise ConfigError(option, str(exc)) from None
 
@@ -673,7 +674,9 @@ class TransceiverConfig:
         if backend != "echo" and not self.backend_url:
             raise ConfigError("--backend-url", f"required with --backend {backend}")
         if backend == "echo" and self.backend_url:
-            raise ConfigError("--backend-url", "the echo backend takes none: add --backend")
+            raise ConfigError(
+                "--backend-url", "the echo backend takes none: add --backend websocket or realtime"
+            )
         if backend != "echo" and self.audio_format != "pcm16":
             raise ConfigError(
                 "--audio-format",

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-import struct
 from pathlib import Path
 
 import aiohttp
-import av
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 
-from testbed.callers import RATE, ToneTrack, goertzel_power, whip_call
+from testbed.callers import ToneTrack, goertzel_power, heard_frames, whip_call
 from testbed.processes import RelayProcess, TransceiverProcess
 from tests.support.example_server import ROOT, running_server
 from tests.support.waits import run, wait_until
@@ -65,15 +63,8 @@ class Ear:
         return self.heard.count(str(hz))
 
     async def listen(self, track: MediaStreamTrack) -> None:
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            for f in resampler.resample(frame):
-                samples = struct.unpack(f"<{f.samples}h", bytes(f.planes[0])[: f.samples * 2])
-                self.heard.append(label(samples))
+        async for samples in heard_frames(track):
+            self.heard.append(label(samples))
 
 
 def label(samples: tuple[int, ...]) -> str:

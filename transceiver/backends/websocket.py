@@ -416,12 +416,7 @@ class WebSocketBackend(Backend):
         if self._closed:
             raise BackendError("the websocket backend is closed")
         if self._http is None:
-            # limit=0: every call holds one connection for its whole life; aiohttp's default
-            # pool limit (100) would make call 101 wait for a free slot until its timeout.
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+            self._http = calls_client()
         cfg = self.config
         url = URL(cfg.url).update_query(session_id=info.session_id)
         start = {
@@ -479,6 +474,15 @@ class WebSocketBackend(Backend):
 
 
 # -- what every backend that dials a WebSocket with aiohttp shares (media_streams too) ---------
+
+
+def calls_client() -> aiohttp.ClientSession:
+    """The HTTP client a backend opens its calls' WebSockets with. limit=0: every call holds one
+    connection for its whole life; aiohttp's default pool limit (100) would make call 101 wait
+    for a free slot until its timeout."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+    )
 
 
 def connect_failure(exc: BaseException, url: str, timeout_s: float) -> BaseException:

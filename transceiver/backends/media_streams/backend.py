@@ -46,6 +46,7 @@ from transceiver.backends.realtime.policy import CallerEventBudget
 from transceiver.backends.tally import SessionTally
 from transceiver.backends.websocket import (
     abort_websocket,
+    calls_client,
     close_websocket,
     connect_failure,
     websocket_transport,
@@ -341,11 +342,7 @@ class MediaStreamsBackend(Backend):
         if self._closed:
             raise BackendError("the media-streams backend is closed")
         if self._http is None:
-            # limit=0: every call holds its connection for its whole life (websocket.py).
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+            self._http = calls_client()
         cfg = self.config
         headers = {"Authorization": f"Bearer {cfg.bearer}"} if cfg.bearer else {}
         stream = MediaStream(

@@ -157,14 +157,18 @@ def check_what_the_bot_saw(call: dict) -> None:
 def check_what_the_caller_heard(ear: Ear) -> None:
     heard = ear.heard
     first = ear.count(FIRST)
-    assert first >= 28, f"the first answer (30 frames) in full: {first}"
+    assert first >= 27, f"the first answer (30 frames) in full: {first}"
     second = ear.count(SECOND)
     assert 10 <= second < 70, f"the second answer (80 frames) cut: {second}"
     last_second = max(i for i, h in enumerate(heard) if h == str(SECOND))
     first_third = heard.index(str(THIRD))
     assert last_second < first_third, "the cut answer never resumes"
-    # Five frames before the cue's mark; the bot's clear, a loopback round trip after the mark,
-    # and a frame the codec smears over the cut: no more than 5 + 3.
+    # Five frames before the cue's mark (one may be smeared by the codec into the answer's
+    # last). After it: the bot's clear, a loopback round trip through Pipecat later, emptied
+    # the playout at once (5-6 frames heard in all on an idle machine); the bound leaves the
+    # round trip up to 80 ms on a busy one. A mark echoed on arrival would have let the clear
+    # cut the cue at once (0-1 frames); one echoed late, or a clear that did not empty the
+    # playout, would have let all 15 play.
     cue = ear.count(CUE)
-    assert 4 <= cue <= 8, f"the cue's mark exact, the clear within a frame: {cue} frames"
-    assert ear.count(THIRD) >= 28, f"the third answer in full: {ear.count(THIRD)}"
+    assert 4 <= cue <= 10, f"the cue's mark exact, then the clear: {cue} frames"
+    assert ear.count(THIRD) >= 27, f"the third answer in full: {ear.count(THIRD)}"

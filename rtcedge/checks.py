@@ -86,9 +86,9 @@ class UpBackend:
         return fields
 
     def takes_key_from_environment(self) -> bool:
-        """RTCEDGE_BACKEND_KEY is for a model server of the user's: not the agent (whose key
-        ``up`` makes), nor echo or websocket (which take none)."""
-        return self.backend == "realtime" and not self.agent
+        """RTCEDGE_BACKEND_KEY is for a model server or bot of the user's: not the agent (whose
+        key ``up`` makes), nor echo or websocket (which take none)."""
+        return self.backend in ("realtime", "media-streams") and not self.agent
 
     def transceiver_options(
         self, url: str | None = None, key: str | None = None

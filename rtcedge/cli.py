@@ -23,7 +23,7 @@ from common.options import refuse_url_credentials_on_command_line
 
 # The transceiver's (transceiver/config.py, which this light module does not import:
 # tests/rtcedge/test_up_backend_options.py holds them equal).
-BACKENDS = ("echo", "websocket", "realtime")
+BACKENDS = ("echo", "websocket", "realtime", "media-streams")
 AUDIO_FORMATS = ("pcm16", "opus")
 AUDIO_RATES = ("8000", "16000", "24000", "48000")
 
@@ -123,23 +123,25 @@ Examples:
     show_envvar=True,
     help="What answers the caller: echo plays their audio back; websocket streams it to "
     "--backend-url (our protocol); realtime makes each call a session of a Realtime-API model "
-    "server at --backend-url (docs/realtime.md).",
+    "server at --backend-url (docs/realtime.md); media-streams a call of a telephony bot "
+    "(Twilio's Media Streams protocol, docs/media-streams.md).",
 )
 @click.option(
     "--backend-url",
     envvar="RTCEDGE_BACKEND_URL",
     show_envvar=True,
     default=None,
-    help="ws:// or wss:// URL for --backend websocket, or realtime (ws://HOST:PORT/v1/realtime"
-    "?model=...); one holding a credential only by the environment (passed on to the "
-    "transceiver by its environment too).",
+    help="ws:// or wss:// URL for --backend websocket, media-streams, or realtime "
+    "(ws://HOST:PORT/v1/realtime?model=...); one holding a credential only by the "
+    "environment (passed on to the transceiver by its environment too).",
 )
 @click.option(
     "--backend-key-file",
     envvar="RTCEDGE_BACKEND_KEY_FILE",
     show_envvar=True,
     default=None,
-    help="File holding the model server's API key (--backend realtime), sent as its bearer; "
+    help="File holding the model server's or bot's key (--backend realtime or media-streams), "
+    "sent as its bearer; "
     "or set RTCEDGE_BACKEND_KEY (passed on by the environment, never a command line).",
 )
 @click.option(

@@ -23,7 +23,7 @@ import math
 import statistics
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,19 @@ class ToneTrack(MediaStreamTrack):
         frame.pts = self._pts
         self._pts += SAMPLES
         return frame
+
+
+async def heard_frames(track: MediaStreamTrack) -> AsyncIterator[tuple[int, ...]]:
+    """What a caller hears: the samples of each frame it receives, 48 kHz mono, until the
+    track ends."""
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        for f in resampler.resample(frame):
+            yield struct.unpack(f"<{f.samples}h", bytes(f.planes[0])[: f.samples * 2])
 
 
 def goertzel_power(samples: Sequence[int], hz: float, rate: int = RATE) -> float:

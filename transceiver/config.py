@@ -50,12 +50,15 @@ from transceiver.signaling.realtime_secrets import parse_session
 from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
 
 if TYPE_CHECKING:
+    from transceiver.backends.media_streams import MediaStreamsBackendConfig
     from transceiver.backends.realtime.backend import RealtimeBackendConfig
 
 TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
 REALTIME_KEY_ENV = f"{ENV_PREFIX}REALTIME_KEY"
 BACKEND_KEY_ENV = f"{ENV_PREFIX}BACKEND_KEY"
-BACKENDS = ("echo", "websocket", "realtime")
+BACKENDS = ("echo", "websocket", "realtime", "media-streams")
+# The options of a backend that dials a network service (a key, a CA): which backends take them.
+NETWORK_BACKENDS = ("realtime", "media-streams")
 EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
 _PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
 
@@ -229,17 +232,18 @@ class TransceiverConfig:
         "--backend",
         default="echo",
         type=click.Choice(list(BACKENDS)),
-        check=must(lambda b: b in BACKENDS, "unknown backend {!r} (echo, websocket, realtime)"),
+        check=must(lambda b: b in BACKENDS, f"unknown backend {{!r}} ({', '.join(BACKENDS)})"),
         chart="transceiver.backend",
-        help="Where callers' audio and events go: echo, websocket (our protocol) or realtime "
-        "(a Realtime-API model server, docs/realtime.md).",
+        help="Where callers' audio and events go: echo, websocket (our protocol), realtime "
+        "(a Realtime-API model server, docs/realtime.md) or media-streams (a telephony bot "
+        "over Twilio's Media Streams, docs/media-streams.md).",
     )
     backend_url: str | None = option(  # may hold a credential
         "--backend-url",
         repr=False,
         chart="transceiver.backendUrl",
-        help="ws:// or wss:// URL for --backend websocket or realtime; one holding a credential "
-        "(a user, a password, token=...) only by the environment.",
+        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams; one holding "
+        "a credential (a user, a password, token=...) only by the environment.",
     )
     backend_key: str | None = option(  # the model server's API key: a bearer on its WebSocket
         "--backend-key-file",
@@ -247,14 +251,15 @@ class TransceiverConfig:
         env_secret=BACKEND_KEY_ENV,
         repr=False,
         chart=EXTRA,
-        help="File holding the model server's API key (--backend realtime), sent as its bearer; "
-        "or set RTCEDGE_BACKEND_KEY.",
+        help="File holding the backend's API key (--backend realtime or media-streams), sent as "
+        "its bearer; or set RTCEDGE_BACKEND_KEY.",
     )
     backend_ca_file: str | None = option(
         "--backend-ca-file",
         check=must(os.path.isfile, "no such file: {!r}"),
         chart=EXTRA,
-        help="CA bundle that signs a wss:// --backend-url's server (default: the system's).",
+        help="CA bundle that signs a wss:// --backend-url's server (--backend realtime or "
+        "media-streams; default: the system's).",
     )
     audio_rate: int | None = option(
         "--audio-rate",
@@ -262,7 +267,7 @@ class TransceiverConfig:
         parse=lambda _option, given: None if given is None else int(given),
         chart=EXTRA,
         help="PCM16 rate, in Hz, of the echo and realtime backends [default: echo 48000, "
-        "realtime 24000]; a websocket backend chooses per call.",
+        "realtime 24000]; a websocket backend chooses per call, media-streams is 8000.",
     )
     realtime_session: dict[str, Any] | None = option(  # the operator's session.update, first event
         "--realtime-session-file",
@@ -685,6 +690,10 @@ class TransceiverConfig:
             )
         if backend == "websocket" and self.audio_rate is not None:
             raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
+        if backend == "media-streams" and self.audio_rate is not None:
+            raise ConfigError("--audio-rate", "media streams are 8000 Hz mu-law, always")
+        if backend not in NETWORK_BACKENDS:
+            self._check_network_only()
         if backend != "realtime":
             self._check_realtime_only()
         try:
@@ -692,11 +701,19 @@ class TransceiverConfig:
         except ValueError as exc:
             raise ConfigError("--backend-url", str(exc)) from None
 
+    def _check_network_only(self) -> None:
+        """The key and the CA are for the backends that take them (NETWORK_BACKENDS)."""
+        network_only = {
+            "--backend-key-file": self.backend_key is not None,
+            "--backend-ca-file": self.backend_ca_file is not None,
+        }
+        for flag, given in network_only.items():
+            if given:
+                raise ConfigError(flag, f"only for --backend {' or '.join(NETWORK_BACKENDS)}")
+
     def _check_realtime_only(self) -> None:
         """No option of the realtime backend is given to another."""
         realtime_only = {
-            "--backend-key-file": self.backend_key is not None,
-            "--backend-ca-file": self.backend_ca_file is not None,
             "--realtime-session-file": self.realtime_session is not None,
             "--realtime-policy-file": self.realtime_policy is not None,
             "--realtime-key-file": bool(self.realtime_keys),
@@ -709,6 +726,8 @@ class TransceiverConfig:
         """Build the backend's own configuration, whose checks raise ValueError (its URL)."""
         if self.backend == "realtime":
             self.realtime_backend_config()
+        elif self.backend == "media-streams":
+            self.media_streams_backend_config()
         elif self.backend == "websocket":
             from transceiver.backends.websocket import WebSocketBackendConfig
 
@@ -731,8 +750,20 @@ class TransceiverConfig:
             **extra,
         )
 
+    def media_streams_backend_config(self) -> MediaStreamsBackendConfig:
+        """The media-streams backend's configuration (ValueError on a bad URL)."""
+        from transceiver.backends.media_streams import MediaStreamsBackendConfig
+
+        return MediaStreamsBackendConfig(
+            url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
+        )
+
     def make_backend(self) -> Backend:
         """The backend --backend names, built from its options."""
+        if self.backend == "media-streams":
+            from transceiver.backends.media_streams import MediaStreamsBackend
+
+            return MediaStreamsBackend(self.media_streams_backend_config())
         if self.backend == "realtime":
             from transceiver.backends.realtime import RealtimeBackend
 

@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import struct
 import time
 from dataclasses import asdict, dataclass, field
 
 import aiohttp
-import av
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 
-from testbed.callers import RATE, ToneTrack, goertzel_power, loopback_only
+from testbed.callers import ToneTrack, goertzel_power, heard_frames, loopback_only
 
 
 @dataclass
@@ -72,24 +70,17 @@ async def run_client(
         channel.send(json.dumps({"type": "hello", "hz": hz}))
 
     async def analyse(track: MediaStreamTrack) -> None:
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            for f in resampler.resample(frame):
-                samples = list(struct.unpack(f"<{f.samples}h", bytes(f.planes[0])[: f.samples * 2]))
-                result.frames_received += 1
-                own = goertzel_power(samples, hz)
-                total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
-                if own > 0.2 * total:
-                    result.frames_with_own_tone += 1
-                    if not first_echo.is_set():
-                        result.offer_to_first_echo_s = time.monotonic() - started
-                        first_echo.set()
-                if any(goertzel_power(samples, o) > 0.2 * total for o in others):
-                    result.frames_with_other_tone += 1
+        async for samples in heard_frames(track):
+            result.frames_received += 1
+            own = goertzel_power(samples, hz)
+            total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
+            if own > 0.2 * total:
+                result.frames_with_own_tone += 1
+                if not first_echo.is_set():
+                    result.offer_to_first_echo_s = time.monotonic() - started
+                    first_echo.set()
+            if any(goertzel_power(samples, o) > 0.2 * total for o in others):
+                result.frames_with_other_tone += 1
 
     tasks: list[asyncio.Task] = []
 

@@ -14,6 +14,7 @@ from transceiver.cli import build_config, main
 KEYRING = Keyring.generate(1).to_json()
 BASE = ["serve", "--id", "0", "--advertise", "127.0.0.1:3478"]  # every case fails before a start
 REALTIME = ["--backend", "realtime", "--backend-url", "ws://127.0.0.1:9/v1/realtime?model=m"]
+MEDIA_STREAMS = ["--backend", "media-streams", "--backend-url", "ws://127.0.0.1:9/twilio"]
 
 
 def run(args: list[str], env: dict[str, str] | None = None):
@@ -54,6 +55,10 @@ def config(monkeypatch, args: list[str], env: dict[str, str] | None = None):
         ),
         ([*REALTIME, "--backend-ca-file", "/etc/hostname"], "--backend-url", "wss"),
         ([*REALTIME, "--backend-key-file", "/nonexistent"], "--backend-key-file", "cannot read"),
+        (["--backend", "media-streams"], "--backend-url", "required with --backend media-streams"),
+        (["--backend", "media-streams", "--backend-url", "http://b/"], "--backend-url", "ws"),
+        ([*MEDIA_STREAMS, "--audio-rate", "16000"], "--audio-rate", "8000 Hz mu-law"),
+        ([*MEDIA_STREAMS, "--backend-ca-file", "/etc/hostname"], "--backend-url", "wss"),
         (
             [*REALTIME, "--realtime-session-file", "/nonexistent"],
             "--realtime-session-file",
@@ -145,3 +150,16 @@ def test_the_echo_backend_takes_a_rate(monkeypatch):
     cfg = config(monkeypatch, ["--audio-rate", "16000"])
     backend = cfg.make_backend()
     assert cfg.audio_rate == 16000 and backend.sample_rate == 16000
+
+
+def test_the_media_streams_backend_takes_the_key_and_the_ca_others_refuse_them(monkeypatch):
+    cfg = config(monkeypatch, MEDIA_STREAMS, {"RTCEDGE_BACKEND_KEY": "sk-bot"})
+    backend = cfg.make_backend()
+    assert backend.name == "media-streams" and backend.config.bearer == "sk-bot"
+    assert backend.config.url == "ws://127.0.0.1:9/twilio" and "sk-bot" not in repr(cfg)
+    secure = ["--backend", "media-streams", "--backend-url", "wss://bot.example/twilio"]
+    cfg = config(monkeypatch, [*secure, "--backend-ca-file", "/etc/hostname"])
+    assert cfg.media_streams_backend_config().ca_file == "/etc/hostname"
+    websocket = ["--backend", "websocket", "--backend-url", "ws://b/"]
+    result = run([*BASE, *websocket, "--backend-ca-file", "/etc/hostname"])
+    assert "only for --backend realtime or media-streams" in result.output

@@ -13,16 +13,15 @@ import struct
 import time
 
 import aiohttp
-import av
 import pytest
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 from openai.types.realtime import RealtimeClientEvent
 from prometheus_client import generate_latest
 from pydantic import TypeAdapter
 
-from testbed.callers import RATE, ToneTrack, goertzel_power
+from testbed.callers import ToneTrack, goertzel_power, heard_frames
 from tests.support.inprocess import direct_config, running
 from tests.support.realtime_server import Server
 from tests.support.waits import run, wait_until
@@ -145,17 +144,10 @@ def tone_24k(hz: float, seconds: float) -> bytes:
 
 async def heard(track: MediaStreamTrack, frames: list[int]) -> None:
     """Counts the caller's received frames that carry the answer's tone."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
-        for f in resampler.resample(frame):
-            samples = struct.unpack(f"<{f.samples}h", bytes(f.planes[0])[: f.samples * 2])
-            total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
-            if goertzel_power(samples, ANSWER_HZ) > 0.2 * total:
-                frames[0] += 1
+    async for samples in heard_frames(track):
+        total = sum(x * x for x in samples) * len(samples) / 2 + 1.0
+        if goertzel_power(samples, ANSWER_HZ) > 0.2 * total:
+            frames[0] += 1
 
 
 async def settled(count: list[int], idle_s: float = 0.3, timeout_s: float = 10.0) -> bool:

@@ -1,6 +1,7 @@
 """Built-in backends (the interface is in ``transceiver.backend``): ``echo``, embedded;
 ``websocket``, a bridge to an external service in our protocol; ``realtime``, a bridge to an
-OpenAI-Realtime-compatible model server. ``create_backend`` builds one by name."""
+OpenAI-Realtime-compatible model server; ``media-streams``, a bridge to a telephony bot over
+Twilio's Media Streams protocol. ``create_backend`` builds one by name."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
     """Build a backend from configuration: 'echo' (no url) or 'websocket' (ws:// or wss:// url).
 
     ``options`` are backend-specific (for ``echo``: ``audio_format``, 'pcm16' or 'opus', and
-    ``sample_rate``; for ``realtime``: see ``RealtimeBackendConfig``; for
-    ``websocket``: see ``WebSocketBackendConfig``). Any problem raises ValueError naming it, so a
-    bad deployment fails at start, not at the first call.
+    ``sample_rate``; for ``realtime``: see ``RealtimeBackendConfig``; for ``media-streams``:
+    ``MediaStreamsBackendConfig``; for ``websocket``: see ``WebSocketBackendConfig``). Any
+    problem raises ValueError naming it, so a bad deployment fails at start, not at the first
+    call.
     """
     if name == "echo":
         if url is not None:
@@ -39,6 +41,21 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
         if unknown:
             raise ValueError(f"unknown option(s) for the realtime backend: {', '.join(unknown)}")
         return RealtimeBackend(RealtimeBackendConfig(url=url, **options))
+    if name == "media-streams":
+        if not url:
+            raise ValueError("the media-streams backend needs a url (ws://... or wss://...)")
+        from transceiver.backends.media_streams import (
+            MediaStreamsBackend,
+            MediaStreamsBackendConfig,
+        )
+
+        known = {f.name for f in fields(MediaStreamsBackendConfig)} - {"url"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) for the media-streams backend: {', '.join(unknown)}"
+            )
+        return MediaStreamsBackend(MediaStreamsBackendConfig(url=url, **options))
     if name == "websocket":
         if not url:
             raise ValueError("the websocket backend needs a url (ws://... or wss://...)")

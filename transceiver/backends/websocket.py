@@ -167,11 +167,7 @@ class WebSocketSession(BackendSession):
         self.events_out = 0
         self.protocol_errors = 0
         self._ws = ws
-        # aiohttp does not expose the transport of a client WebSocket; its writer holds it. Only
-        # used to reset a connection whose peer stopped reading (see _close).
-        self._transport: asyncio.Transport | None = getattr(
-            getattr(ws, "_writer", None), "transport", None
-        )
+        self._transport = websocket_transport(ws)  # to reset a peer that stopped reading
         self._config = config
         self._emit_audio = emit_audio
         self._emit_event = emit_event
@@ -375,24 +371,15 @@ class WebSocketSession(BackendSession):
         # Queued caller audio is dropped: the call is over, nobody would hear an answer to it.
         self._outbox.clear()
         self._queued_frames = self._queued_events = 0
-        ws = self._ws
-        transport = self._transport
+        end = {"type": "session.end", "reason": reason}
+        farewell = json.dumps(end, separators=(",", ":")) if was_open else None
         try:
-            async with asyncio.timeout(self._config.close_timeout_s):
-                if was_open and not ws.closed:
-                    end = {"type": "session.end", "reason": reason}
-                    await ws.send_str(json.dumps(end, separators=(",", ":")))
-                await ws.close()
-                while transport is not None and transport.get_write_buffer_size():
-                    await asyncio.sleep(0.01)
-        except Exception as exc:  # includes TimeoutError
-            log.debug("session %s: unclean close: %r", self.info.session_id, exc)
+            unclean = await close_websocket(
+                self._ws, self._transport, farewell, self._config.close_timeout_s
+            )
+            if unclean is not None:
+                log.debug("session %s: unclean close: %r", self.info.session_id, unclean)
         finally:
-            # A backend that stopped reading leaves unsent bytes in the transport, and asyncio
-            # keeps a closed transport's socket open until they are written: that could be
-            # forever. Past the close budget, reset the connection instead.
-            if transport is not None and transport.get_write_buffer_size():
-                transport.abort()
             self.state = "closed"
             self._on_closed(self)
             log.info(
@@ -429,12 +416,7 @@ class WebSocketBackend(Backend):
         if self._closed:
             raise BackendError("the websocket backend is closed")
         if self._http is None:
-            # limit=0: every call holds one connection for its whole life; aiohttp's default
-            # pool limit (100) would make call 101 wait for a free slot until its timeout.
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+            self._http = calls_client()
         cfg = self.config
         url = URL(cfg.url).update_query(session_id=info.session_id)
         start = {
@@ -463,18 +445,11 @@ class WebSocketBackend(Backend):
                 await ws.send_str(json.dumps(start, separators=(",", ":"), ensure_ascii=False))
         except BaseException as exc:
             if ws is not None:
-                await _abort(ws)
-            if isinstance(exc, TimeoutError):
-                raise BackendError(
-                    f"backend {cfg.url} did not accept the call within {cfg.connect_timeout_s} s"
-                ) from None
-            if isinstance(exc, aiohttp.WSServerHandshakeError):
-                raise BackendError(
-                    f"backend {cfg.url} refused the WebSocket upgrade: HTTP {exc.status}"
-                ) from exc
-            if isinstance(exc, aiohttp.ClientError | OSError):
-                raise BackendError(f"cannot reach backend {cfg.url}: {exc}") from exc
-            raise
+                await abort_websocket(ws)
+            failure = connect_failure(exc, cfg.url, cfg.connect_timeout_s)
+            if failure is exc:
+                raise
+            raise failure from exc
         session = WebSocketSession(
             info,
             ws,
@@ -498,7 +473,65 @@ class WebSocketBackend(Backend):
             self._http = None
 
 
-async def _abort(ws: aiohttp.ClientWebSocketResponse) -> None:
+# -- what every backend that dials a WebSocket with aiohttp shares (media_streams too) ---------
+
+
+def calls_client() -> aiohttp.ClientSession:
+    """The HTTP client a backend opens its calls' WebSockets with. limit=0: every call holds one
+    connection for its whole life; aiohttp's default pool limit (100) would make call 101 wait
+    for a free slot until its timeout."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+    )
+
+
+def connect_failure(exc: BaseException, url: str, timeout_s: float) -> BaseException:
+    """What to raise when a backend's WebSocket did not open: a BackendError saying why, or
+    ``exc`` itself when it is not about the connection (a cancellation, a bug)."""
+    if isinstance(exc, TimeoutError):
+        return BackendError(f"backend {url} did not accept the call within {timeout_s} s")
+    if isinstance(exc, aiohttp.WSServerHandshakeError):
+        return BackendError(f"backend {url} refused the WebSocket upgrade: HTTP {exc.status}")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return BackendError(f"cannot reach backend {url}: {exc}")
+    return exc
+
+
+def websocket_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
+    """The transport under a client WebSocket (aiohttp does not expose it; its writer holds it),
+    for ``close_websocket`` to reset a connection whose peer stopped reading."""
+    return getattr(getattr(ws, "_writer", None), "transport", None)
+
+
+async def close_websocket(
+    ws: aiohttp.ClientWebSocketResponse,
+    transport: asyncio.Transport | None,
+    farewell: str | None,
+    timeout_s: float,
+) -> Exception | None:
+    """Send ``farewell`` (if the socket is still open), close, and wait for the bytes to leave,
+    all within ``timeout_s``; returns what made the close unclean, if anything.
+
+    A peer that stopped reading leaves unsent bytes in the transport, and asyncio keeps a closed
+    transport's socket open until they are written: that could be forever. Past the budget the
+    connection is reset instead."""
+    unclean: Exception | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            if farewell is not None and not ws.closed:
+                await ws.send_str(farewell)
+            await ws.close()
+            while transport is not None and transport.get_write_buffer_size():
+                await asyncio.sleep(0.01)
+    except Exception as exc:  # includes TimeoutError
+        unclean = exc
+    finally:
+        if transport is not None and transport.get_write_buffer_size():
+            transport.abort()
+    return unclean
+
+
+async def abort_websocket(ws: aiohttp.ClientWebSocketResponse) -> None:
     """Close a socket that never became a session, without letting that fail or hang."""
     try:
         async with asyncio.timeout(1.0):

@@ -15,7 +15,6 @@ would not have (docs/realtime.md).
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import json
 import logging
@@ -38,6 +37,7 @@ from transceiver.backends.realtime.conversation import (
     ToServer,
 )
 from transceiver.backends.realtime.policy import ClientEventPolicy
+from transceiver.backends.tally import SessionTally
 
 __all__ = [
     "APP_SESSION_KEY",
@@ -362,8 +362,7 @@ class RealtimeBackend(Backend):
         context = config.ssl_context()
         if context is not None:
             self._options["ssl"] = context
-        self._sessions: set[RealtimeSession] = set()
-        self._ended_totals: collections.Counter[str] = collections.Counter()  # of ended calls
+        self._sessions: SessionTally[RealtimeSession] = SessionTally()
         self._closed = False
 
     async def open_session(
@@ -398,27 +397,19 @@ class RealtimeBackend(Backend):
                 raise
             raise BackendError(f"cannot open a realtime session at {cfg.url}: {exc}") from exc
         session = RealtimeSession(
-            info, connection, cfg, emit_audio, emit_event, on_failure, self._ended, first
+            info, connection, cfg, emit_audio, emit_event, on_failure, self._sessions.ended, first
         )
         self._sessions.add(session)
         return session
 
-    def _ended(self, session: RealtimeSession) -> None:
-        """A call closed: what it did is added to the totals of the calls that ended."""
-        self._sessions.discard(session)
-        self._ended_totals.update(session.counters())
-
     def counters(self) -> Mapping[str, int]:
         """The calls' counts (barge-ins, truncates, refused caller events, appends dropped...):
         the ended calls' totals and the live calls' counts so far."""
-        totals = collections.Counter(self._ended_totals)
-        for session in self._sessions:
-            totals.update(session.counters())
-        return dict(totals)
+        return self._sessions.totals()
 
     async def close(self) -> None:
         self._closed = True
-        sessions = list(self._sessions)
+        sessions = list(self._sessions.live)
         await asyncio.gather(*(s.close("shutdown") for s in sessions), return_exceptions=True)
         await self._client.close()
 

@@ -7,6 +7,9 @@ context keeps words nobody heard. A client-side player can only estimate that; t
 knows it to the frame, because its outbound queue is FIFO: every frame given to it and no longer
 queued has left toward the caller.
 
+The media-streams backend keeps its bot's marks here too: the audio between two marks is an
+item, and a mark is due once its item has been sent in full (``forget_played`` returns it).
+
 Sans-I/O: ``queued`` (frames still waiting in the outbound queue) is read by the caller of these
 methods from the transceiver and passed in.
 """
@@ -43,9 +46,10 @@ class Truncation:
 class Playout:
     """The order of items in the outbound queue and how many frames each put there."""
 
-    def __init__(self, sample_rate: int, frame_samples: int) -> None:
+    def __init__(self, sample_rate: int, frame_samples: int, max_items: int = MAX_ITEMS) -> None:
         self.sample_rate = sample_rate
         self.frame_samples = frame_samples
+        self.max_items = max_items
         self._items: deque[ItemAudio] = deque()
         self._queued_total = 0  # frames given to the queue since the last clear, all items
 
@@ -55,7 +59,7 @@ class Playout:
         if last is None or last.item_id != item_id or last.content_index != content_index:
             last = ItemAudio(item_id, content_index)
             self._items.append(last)
-            if len(self._items) > MAX_ITEMS:
+            if len(self._items) > self.max_items:
                 dropped = self._items.popleft()
                 self._queued_total -= dropped.frames
         last.frames += frames
@@ -85,10 +89,25 @@ class Playout:
         self._queued_total = 0
         return truncation
 
-    def forget_played(self, queued: int) -> None:
-        """Drop the items already sent in full (keeps the table short on long calls)."""
+    def forget_played(self, queued: int) -> list[ItemAudio]:
+        """Drop the items already sent in full (keeps the table short on long calls); returns
+        them, oldest first (an item of no frames is sent once all before it are)."""
         sent = self._queued_total - queued
+        played: list[ItemAudio] = []
         while self._items and self._items[0].frames <= sent:
             item = self._items.popleft()
+            played.append(item)
             sent -= item.frames
             self._queued_total -= item.frames
+        return played
+
+    def frames_before_end_of(self, item_id: str, queued: int) -> int | None:
+        """Frames still to be sent before ``item_id`` has been sent in full (0: it has); None
+        when no such item is queued. When to look again, without polling every frame."""
+        sent = self._queued_total - queued
+        ahead = 0
+        for item in self._items:
+            ahead += item.frames
+            if item.item_id == item_id:
+                return max(ahead - sent, 0)
+        return None

@@ -102,11 +102,17 @@ class HarnessConfig:
     page_query: str = ""  # e.g. "token=..." for a stack that wants a WHIP token
     repeat: int = 1  # calls placed; the ones after the first only measure how fast they connect
     migrate: bool = False  # scale down the call's transceiver; the page must move the call
+    page_path: str = "/"  # the page to open (realtime_harness: /realtime)
+    chromium_flags: tuple[str, ...] = ()  # after CHROMIUM_FLAGS (e.g. a fake microphone's file)
+
+    @property
+    def origin(self) -> str:
+        return f"http://{format_host_port(self.host, self.http_port)}"
 
     @property
     def page_url(self) -> str:
         query = f"?{self.page_query}" if self.page_query else ""
-        return f"http://{format_host_port(self.host, self.http_port)}/{query}"
+        return f"{self.origin}{self.page_path}{query}"
 
 
 class HarnessError(Exception):
@@ -374,6 +380,7 @@ class Run:
         argv = [
             self.config.chromium,
             *CHROMIUM_FLAGS,
+            *self.config.chromium_flags,
             f"--user-data-dir={self.profile_dir}",
             "about:blank",
         ]
@@ -676,7 +683,12 @@ async def harness_steps(harness: Run) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> HarnessConfig:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return config_from(arguments().parse_args(argv))
+
+
+def arguments(description: str | None = None) -> argparse.ArgumentParser:
+    """The command line every harness shares (realtime_harness adds its own options)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument(
         "--host", default="127.0.0.1", help="address for HTTP and the relay (IPv4 or IPv6)"
     )
@@ -707,7 +719,10 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
         default=1,
         help="calls to place; after the first, each only connects and hangs up (connect times)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def config_from(args: argparse.Namespace) -> HarnessConfig:
     http = format_host_port(args.host, args.http_port)
     relay = format_host_port(args.host, args.relay_port)
     return HarnessConfig(
@@ -731,8 +746,12 @@ def parse_args(argv: list[str] | None = None) -> HarnessConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-    harness = Run(config)
+    return report(Run(parse_args(argv)))
+
+
+def report(harness: Run) -> int:
+    """Run ``harness`` under its bounds and a watchdog; print its ONE JSON line; exit status."""
+    config = harness.config
 
     def watchdog() -> None:
         # Only if the bounded cleanup itself hangs: kill what we started and leave.

@@ -110,10 +110,15 @@ def run_call(
 
 
 def run_harness(
-    namespace: Namespace, stack: str, options: str = "", setup: tuple[str, ...] = ()
+    namespace: Namespace,
+    stack: str,
+    options: str = "",
+    setup: tuple[str, ...] = (),
+    harness: str = "tests.transceiver.browser_harness",
 ) -> dict:
-    """``browser_harness`` with ``stack`` and its ``options`` in a new namespace set up by
-    ``namespace.setup`` and then ``setup``: its report (JSON).
+    """``harness`` (a module: ``browser_harness`` or one built on it) with ``stack`` and its
+    ``options`` in a new namespace set up by ``namespace.setup`` and then ``setup``: its report
+    (JSON).
 
     Problems before the call are returned as ``setup_error`` rather than raised, so every test
     FAILS (not errors, never skips) with the reason: CI installs Chromium and runs as root.
@@ -126,8 +131,8 @@ def run_harness(
     for tool in ("unshare", "ip"):
         if shutil.which(tool) is None:
             return {"setup_error": f"`{tool}` is missing: Chromium runs in its own netns"}
-    harness = (
-        f"exec {sys.executable} -m tests.transceiver.browser_harness"
+    command = (
+        f"exec {sys.executable} -m {harness}"
         f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
         f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} {options}"
     )
@@ -139,7 +144,7 @@ def run_harness(
                 "--",
                 "sh",
                 "-c",
-                " && ".join((*namespace.setup, *setup, harness)),
+                " && ".join((*namespace.setup, *setup, command)),
             ],
             cwd=REPO,
             capture_output=True,

@@ -6,6 +6,12 @@ A bad value used to surface from a child process, naming that process's option a
 here the same rules run in ``up`` and the error names ``up``'s option. Host names are resolved to
 the address literal the services need (the first one the resolver gives, as a client would).
 
+The backend options are the transceiver's own (declared on its config fields, checked by its
+rules) and go on to it: choices and file names as arguments, the URL and the model server's key
+by the environment. ``--agent`` stands for ``--backend realtime --backend-url`` at the example
+voice agent ``up`` starts, whose address is known only once it runs: it is checked as a URL of
+the same shape.
+
 Also checked before anything starts: that ``--http``'s TCP port and ``--relay``'s UDP port are
 free (another instance on the first would answer a readiness probe meant for ours; another relay
 on the second would split the calls), and which address the answers advertise for a relay
@@ -15,13 +21,16 @@ listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no address a client
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from common.config import ConfigError, format_host_port, parse_host_port
+from common.options import option_fields
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
-from transceiver.config import TransceiverConfig
+from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig
 from transceiver.signaling.tokens import read_secrets_file
 
 # A service's option -> the ``up`` option its value comes from.
@@ -36,8 +45,72 @@ UP_OPTION = {
     "--workers": "--workers",
     "--backend": "--backend",
     "--backend-url": "--backend-url",
+    "--backend-key-file": "--backend-key-file",
+    "--audio-format": "--audio-format",
+    "--audio-rate": "--audio-rate",
+    "--realtime-session-file": "--realtime-session-file",
     "--token-secret-file": "--token-secret-file",
 }
+# ``--agent``'s URL while checking: the agent's own, on a port it picks, exists only once it runs.
+AGENT_URL_SHAPE = "ws://127.0.0.1:9/v1/realtime?model=rtcedge-voice-agent"
+BACKEND_URL_ENV = dict(option_fields(TransceiverConfig))["backend_url"].env
+
+
+@dataclass(frozen=True)
+class UpBackend:
+    """What answers ``up``'s calls: its backend options as given (file names, not contents)."""
+
+    backend: str = "echo"  # "realtime" with ``agent``
+    url: str | None = None  # may hold a credential: the environment only, onwards
+    key_file: str | None = None  # the model server's key; or RTCEDGE_BACKEND_KEY
+    audio_format: str = "pcm16"
+    audio_rate: str | None = None
+    session_file: str | None = None  # the operator's Realtime session
+    agent: bool = False  # --agent: the example voice agent, started by ``up``
+
+    def config_fields(self) -> dict[str, Any]:
+        """The transceiver config's fields from these options, through the parsers its option
+        fields declare (the files read; the key from RTCEDGE_BACKEND_KEY without a file)."""
+        given = {
+            "backend": self.backend,
+            "backend_url": AGENT_URL_SHAPE if self.agent else self.url,
+            "backend_key": self.key_file,
+            "audio_format": self.audio_format,
+            "audio_rate": self.audio_rate,
+            "realtime_session": self.session_file,
+        }
+        specs = dict(option_fields(TransceiverConfig))
+        fields = {name: specs[name].value(value) for name, value in given.items()}
+        if self.key_file is None and not self.takes_key_from_environment():
+            fields["backend_key"] = None  # what the parser read from RTCEDGE_BACKEND_KEY
+        return fields
+
+    def takes_key_from_environment(self) -> bool:
+        """RTCEDGE_BACKEND_KEY is for a model server of the user's: not the agent (whose key
+        ``up`` makes), nor echo or websocket (which take none)."""
+        return self.backend == "realtime" and not self.agent
+
+    def transceiver_options(
+        self, url: str | None = None, key: str | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The transceiver's arguments and environment for these options, at ``url`` with
+        ``key`` (``--agent``'s), else the options' own URL and key."""
+        args = ["--backend", self.backend, "--audio-format", self.audio_format]
+        if self.audio_rate is not None:
+            args += ["--audio-rate", self.audio_rate]
+        if self.session_file is not None:
+            args += ["--realtime-session-file", os.path.abspath(self.session_file)]
+        env = {}
+        url = url or self.url
+        if url:  # a credential it may hold stays off every command line
+            env[BACKEND_URL_ENV] = url
+        if key is not None:
+            env[BACKEND_KEY_ENV] = key
+        elif self.key_file is not None:
+            args += ["--backend-key-file", os.path.abspath(self.key_file)]
+        elif self.takes_key_from_environment() and os.environ.get(BACKEND_KEY_ENV):
+            env[BACKEND_KEY_ENV] = os.environ[BACKEND_KEY_ENV]  # (the child starts without it)
+        return args, env
 
 
 # Where a connected UDP socket is pointed to learn the default route's source address: a
@@ -172,8 +245,7 @@ def check_up_options(
     http: str,
     relay: str,
     workers: int,
-    backend: str,
-    backend_url: str | None,
+    backend: UpBackend,
     token_secret_file: str | None,
     advertise: str | None = None,
     relay_tcp: int | None = None,
@@ -216,8 +288,7 @@ def check_up_options(
             advertise=(advertised, relay_address[1]),
             http=http_address,
             keyring_json="-",
-            backend=backend,
-            backend_url=backend_url,
+            **backend.config_fields(),
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
         ).validate()

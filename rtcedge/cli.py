@@ -15,10 +15,17 @@ import sys
 from collections.abc import Iterator
 
 import click
+from click.core import ParameterSource
 
 from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 from common.options import refuse_url_credentials_on_command_line
+
+# The transceiver's (transceiver/config.py, which this light module does not import:
+# tests/rtcedge/test_up_backend_options.py holds them equal).
+BACKENDS = ("echo", "websocket", "realtime")
+AUDIO_FORMATS = ("pcm16", "opus")
+AUDIO_RATES = ("8000", "16000", "24000", "48000")
 
 
 @click.group()
@@ -65,7 +72,17 @@ def from_checkout(command: str) -> Iterator[None]:
         ) from None
 
 
-@main.command()
+UP_EXAMPLES = """
+\b
+Examples:
+  rtcedge up                  # the echo: open http://127.0.0.1:8080/ and press Talk
+  rtcedge up --agent          # a voice agent: open http://127.0.0.1:8080/realtime
+  RTCEDGE_BACKEND_KEY=... rtcedge up --backend realtime \\
+      --backend-url 'ws://HOST:PORT/v1/realtime?model=...'     # your own model server
+"""
+
+
+@main.command(epilog=UP_EXAMPLES)
 @click.option(
     "--http",
     default="127.0.0.1:8080",
@@ -99,19 +116,66 @@ def from_checkout(command: str) -> Iterator[None]:
 @click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
 @click.option(
     "--backend",
-    type=click.Choice(["echo", "websocket"]),
+    type=click.Choice(BACKENDS),
     default="echo",
     show_default=True,
+    envvar="RTCEDGE_BACKEND",
+    show_envvar=True,
     help="What answers the caller: echo plays their audio back; websocket streams it to "
-    "--backend-url.",
+    "--backend-url (our protocol); realtime makes each call a session of a Realtime-API model "
+    "server at --backend-url (docs/realtime.md).",
 )
 @click.option(
     "--backend-url",
     envvar="RTCEDGE_BACKEND_URL",
     show_envvar=True,
     default=None,
-    help="ws:// URL for --backend websocket; one holding a credential only by the environment "
-    "(passed on to the transceiver by its environment too).",
+    help="ws:// or wss:// URL for --backend websocket, or realtime (ws://HOST:PORT/v1/realtime"
+    "?model=...); one holding a credential only by the environment (passed on to the "
+    "transceiver by its environment too).",
+)
+@click.option(
+    "--backend-key-file",
+    envvar="RTCEDGE_BACKEND_KEY_FILE",
+    show_envvar=True,
+    default=None,
+    help="File holding the model server's API key (--backend realtime), sent as its bearer; "
+    "or set RTCEDGE_BACKEND_KEY (passed on by the environment, never a command line).",
+)
+@click.option(
+    "--audio-format",
+    type=click.Choice(AUDIO_FORMATS),
+    default="pcm16",
+    show_default=True,
+    envvar="RTCEDGE_AUDIO_FORMAT",
+    show_envvar=True,
+    help="What the echo backend takes: decoded PCM16, or the caller's Opus passed through.",
+)
+@click.option(
+    "--audio-rate",
+    type=click.Choice(AUDIO_RATES),
+    default=None,
+    envvar="RTCEDGE_AUDIO_RATE",
+    show_envvar=True,
+    help="PCM16 rate, in Hz, of the echo and realtime backends [default: echo 48000, realtime "
+    "24000].",
+)
+@click.option(
+    "--realtime-session-file",
+    envvar="RTCEDGE_REALTIME_SESSION_FILE",
+    show_envvar=True,
+    default=None,
+    help="JSON file of the Realtime session (model, instructions, voice, tools...) sent to the "
+    "model server first on every call (--backend realtime or --agent).",
+)
+@click.option(
+    "--agent",
+    is_flag=True,
+    default=False,
+    help="Talk to a voice agent: run the example one (examples/voice_agent/, offline; pip "
+    "install -e '.[agent]', apt-get install espeak-ng) on a free loopback port, with a fresh "
+    "key, as --backend realtime; open /realtime. Not with --backend, --backend-url or "
+    "--backend-key-file.",
 )
 @click.option(
     "--token-secret-file",
@@ -126,18 +190,32 @@ def up(
     workers: int,
     backend: str,
     backend_url: str | None,
+    backend_key_file: str | None,
+    audio_format: str,
+    audio_rate: str | None,
+    realtime_session_file: str | None,
+    agent: bool,
     token_secret_file: str | None,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
-    from rtcedge.checks import check_up_options
+    from rtcedge.checks import UpBackend, check_up_options
 
-    refuse_url_credentials_on_command_line(
-        click.get_current_context(), {"backend_url": "--backend-url"}
+    ctx = click.get_current_context()
+    refuse_url_credentials_on_command_line(ctx, {"backend_url": "--backend-url"})
+    if agent:
+        refuse_with_agent(ctx)
+    chosen = UpBackend(
+        "realtime" if agent else backend,
+        backend_url,
+        backend_key_file,
+        audio_format,
+        audio_rate,
+        realtime_session_file,
+        agent,
     )
-
     try:
         addresses = check_up_options(
-            http, relay_addr, workers, backend, backend_url, token_secret_file, advertise, relay_tcp
+            http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -147,8 +225,32 @@ def up(
         raise click.ClickException(str(exc)) from None
     with from_checkout("rtcedge up"):
         from rtcedge.up import run_local
+        from testbed.voice_agent import INSTALL, agent_missing
 
-    run_local(addresses, workers, backend, backend_url, token_secret_file)
+        missing = agent_missing() if agent else []
+    if missing:
+        raise click.UsageError(f"--agent: needs {', '.join(missing)}: {INSTALL}")
+    run_local(addresses, workers, chosen, token_secret_file)
+
+
+# What ``--agent`` stands for (``up``'s parameter -> its option): none of them goes with it.
+AGENT_REPLACES = {
+    "backend": "--backend",
+    "backend_url": "--backend-url",
+    "backend_key_file": "--backend-key-file",
+}
+
+
+def refuse_with_agent(ctx: click.Context) -> None:
+    """A UsageError for an option ``--agent`` stands for, from the command line or the
+    environment (a model server of the user's, which ``--agent`` would silently not call)."""
+    for name, option in AGENT_REPLACES.items():
+        source = ctx.get_parameter_source(name)
+        if source is ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"--agent: runs its own model server: drop {option}")
+        if source is ParameterSource.ENVIRONMENT:
+            env = next(p.envvar for p in ctx.command.params if p.name == name)
+            raise click.UsageError(f"--agent: runs its own model server: unset {env} ({option})")
 
 
 # name -> (module, command): a benchmark's module is imported only when it is run or listed.

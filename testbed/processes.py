@@ -386,8 +386,8 @@ class RedisServer:
         self.stop()
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``; its exit status."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -395,6 +395,7 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    return proc.returncode
 
 
 def drain_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:

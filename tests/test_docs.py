@@ -14,6 +14,7 @@ import pytest
 from relay.cli import main as relay_main
 from relay.counters import DROP_REASONS
 from relay.flows import EVICTIONS
+from transceiver.backends.realtime.policy import DEFAULT_ALLOWED
 from transceiver.call.lifecycle import END_REASONS
 from transceiver.cli import main as transceiver_main
 
@@ -108,3 +109,42 @@ def test_the_readme_points_at_no_file_outside_the_repository():
     readme = (ROOT / "README.md").read_text()
     assert "../" not in readme and "DESIGN.md" not in readme
     assert (DOCS / "design.md").exists()
+
+
+def test_the_realtime_docs_list_the_default_caller_allowlist_as_the_code_has_it():
+    allowed = section(DOCS / "realtime.md", "What a caller may send")
+    rows = {}
+    for line in allowed.splitlines():
+        found = re.match(r"^\| `([a-z_.]+)` \| (.*) \|$", line)
+        if found:
+            rows[found.group(1)] = tuple(re.findall(r"`([a-z_.]+)`", found.group(2)))
+    assert rows == dict(DEFAULT_ALLOWED)
+
+
+def test_every_option_the_realtime_docs_name_is_an_option_of_transceiver_serve():
+    text = (DOCS / "realtime.md").read_text()
+    options = command_options(transceiver_main)
+    named = set(re.findall(r"`(--[a-z][a-z-]+)", text))
+    assert sorted(named - set(options)) == []
+    for name in ("--backend-url", "--backend-key-file", "--realtime-policy-file", "--audio-rate"):
+        assert name in named
+
+
+def anchors(doc: Path) -> set[str]:
+    """The anchors of ``doc``'s headings as GitHub makes them: lower case, punctuation dropped,
+    spaces to ``-`` (headings inside code blocks are not headings)."""
+    prose = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.MULTILINE | re.DOTALL)
+    titles = re.findall(r"^#+ (.+)$", prose, re.MULTILINE)
+    return {re.sub(r"[^a-z0-9 _-]", "", title.lower()).replace(" ", "-") for title in titles}
+
+
+def test_links_to_a_section_of_a_doc_name_one_of_its_headings():
+    broken = []
+    for doc in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+            if "://" in target:
+                continue
+            linked = (doc.parent / target) if target else doc
+            if linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}#{anchor}")
+    assert broken == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -171,6 +171,11 @@ class Backend(abc.ABC):
         once per session and the transceiver then ends the call (reason 'backend_error') and
         calls ``close``. Raise BackendError if the call cannot start.
         """
+
+    def counters(self) -> Mapping[str, int]:
+        """What this backend's calls did so far, by event (``barge_ins``...), each a running
+        total: /metrics shows them as ``rtcedge_transceiver_backend_events_total{event}``."""
+        return {}
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release what the backend holds (connections, pools). Sessions still open are closed."""

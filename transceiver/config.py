@@ -114,8 +114,9 @@ def read_realtime_session(option: str, path: str | None) -> dict[str, Any] | Non
     """The operator's Realtime session (``parse_session``'s rules: its audio formats are ours)."""
     if path is None:
         return None
+    given = read_json_file(option, path)  # its ConfigError names the option already
     try:
-        return parse_session(read_json_file(option, path), "the session")
+        return parse_session(given, "the session")
     except ValueError as exc:
         raise ConfigError(option, str(exc)) from None
 
@@ -673,7 +674,9 @@ class TransceiverConfig:
         if backend != "echo" and not self.backend_url:
             raise ConfigError("--backend-url", f"required with --backend {backend}")
         if backend == "echo" and self.backend_url:
-            raise ConfigError("--backend-url", "the echo backend takes none: add --backend")
+            raise ConfigError(
+                "--backend-url", "the echo backend takes none: add --backend websocket or realtime"
+            )
         if backend != "echo" and self.audio_format != "pcm16":
             raise ConfigError(
                 "--audio-format",
@@ -682,29 +685,34 @@ class TransceiverConfig:
             )
         if backend == "websocket" and self.audio_rate is not None:
             raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
+        if backend != "realtime":
+            self._check_realtime_only()
+        try:
+            self._build_backend_config()
+        except ValueError as exc:
+            raise ConfigError("--backend-url", str(exc)) from None
+
+    def _check_realtime_only(self) -> None:
+        """No option of the realtime backend is given to another."""
         realtime_only = {
             "--backend-key-file": self.backend_key is not None,
             "--backend-ca-file": self.backend_ca_file is not None,
             "--realtime-session-file": self.realtime_session is not None,
             "--realtime-policy-file": self.realtime_policy is not None,
+            "--realtime-key-file": bool(self.realtime_keys),
         }
         for flag, given in realtime_only.items():
-            if given and backend != "realtime":
+            if given:
                 raise ConfigError(flag, "only for --backend realtime")
-        if self.realtime_keys and backend != "realtime":
-            raise ConfigError("--realtime-key-file", "only for --backend realtime")
-        if backend == "realtime":
-            try:
-                self.realtime_backend_config()
-            except ValueError as exc:
-                raise ConfigError("--backend-url", str(exc)) from None
-        elif backend == "websocket":
+
+    def _build_backend_config(self) -> None:
+        """Build the backend's own configuration, whose checks raise ValueError (its URL)."""
+        if self.backend == "realtime":
+            self.realtime_backend_config()
+        elif self.backend == "websocket":
             from transceiver.backends.websocket import WebSocketBackendConfig
 
-            try:
-                WebSocketBackendConfig.from_options(self.backend_url or "", {})
-            except ValueError as exc:
-                raise ConfigError("--backend-url", str(exc)) from None
+            WebSocketBackendConfig.from_options(self.backend_url or "", {})
 
     def realtime_backend_config(self) -> RealtimeBackendConfig:
         """The realtime backend's configuration (ValueError on a bad URL)."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from transceiver.call.sctp import DROP_REASONS as DATA_CHANNEL_DROP_REASONS
 from transceiver.migration import FAILURE_REASONS
@@ -101,6 +104,30 @@ class SignalingMetrics:
     session_requests_refused: Counter  # DELETE/PATCH nobody here answers, by reason
     session_requests_forwarded: Counter  # by method
     backend_errors: Counter
+
+
+class BackendEvents(Collector):
+    """``rtcedge_transceiver_backend_events_total{event}``: what the backend's calls did, read
+    from the backend when scraped (the realtime backend's barge-ins, truncates, caller events
+    refused or limited, appends dropped...; docs/realtime.md)."""
+
+    NAME = "rtcedge_transceiver_backend_events"
+
+    def __init__(self, counters: Callable[[], Mapping[str, int]]) -> None:
+        self._counters = counters
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = self._family()
+        for event, value in sorted(self._counters().items()):
+            family.add_metric([event], value)
+        yield family
+
+    def _family(self) -> CounterMetricFamily:
+        doc = "What the backend's calls did, by event (docs/realtime.md for the realtime backend)."
+        return CounterMetricFamily(self.NAME, doc, labels=["event"])
 
 
 class TransceiverMetrics:
@@ -306,8 +333,15 @@ class TransceiverMetrics:
     whip_requests = Declared(
         Counter,
         "rtcedge_transceiver_whip_requests",
-        "WHIP requests, by method and status.",
+        "Signaling requests (WHIP, and /v1/realtime/calls with --backend realtime), by method"
+        " and status.",
         labels=("method", "status"),
+    )
+    realtime_client_secrets = Declared(
+        Counter,
+        "rtcedge_transceiver_realtime_client_secrets",
+        "POST /v1/realtime/client_secrets answers, by status (200: a client secret minted).",
+        labels=("status",),
     )
     offers_refused = Declared(
         Counter,
@@ -335,6 +369,10 @@ class TransceiverMetrics:
                 ("foreign_ssrc", self.dropped, "foreign_ssrc"),
             )
         }
+
+    def watch_backend(self, counters: Callable[[], Mapping[str, int]]) -> None:
+        """Show the backend's running totals (``Backend.counters``) at every scrape."""
+        self.registry.register(BackendEvents(counters))
 
     def flush(self) -> None:
         """Fold the per-packet tallies into their counters (before a scrape)."""

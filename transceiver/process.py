@@ -21,7 +21,7 @@ log = logging.getLogger("rtcedge.transceiver")
 async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGTERM, SIGINT or SIGHUP, then drain."""
     from transceiver.server import TransceiverServer
-    from transceiver.signaling.http import make_app, make_metrics_app
+    from transceiver.signaling.app import make_app, make_metrics_app
 
     server = TransceiverServer(config)
     await server.start()

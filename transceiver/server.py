@@ -60,6 +60,7 @@ class TransceiverServer:
         self.keyring = load_keyring(config.keyring_path, config.keyring_json)
         self.backend = backend or config.make_backend()
         self.metrics = TransceiverMetrics()
+        self.metrics.watch_backend(self.backend.counters)
         self.regions = config.region_table()
         for label in self.regions.labels:  # every region shows, at 0 until its first session
             self.metrics.region_sessions.labels(label)

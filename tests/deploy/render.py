@@ -36,6 +36,10 @@ PUBLIC = {
 }
 
 
+# What a Secret holds in a test, for the variables whose form is checked at start.
+FROM_SECRETS = {"RTCEDGE_BACKEND_URL": "ws://from-a-secret/"}
+
+
 def ci_values(name: str) -> dict[str, Any]:
     """The values of helm/rtcedge/ci/<name>-values.yaml."""
     return yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text()) or {}
@@ -136,8 +140,8 @@ def resolve_env(obj: dict[str, Any], pod_ip: str, monkeypatch: Any) -> dict[str,
                 "metadata.name": "rtcedge-transceiver-1",
                 "metadata.labels['apps.kubernetes.io/pod-index']": "1",
             }[ref["fieldRef"]["fieldPath"]]
-        else:
-            env[name] = "from-a-secret"
+        else:  # a Secret's value, well-formed where the option checks its form
+            env[name] = FROM_SECRETS.get(name, "from-a-secret")
     for name, value in env.items():
         if name.startswith("RTCEDGE_"):
             monkeypatch.setenv(name, value)

@@ -39,7 +39,7 @@ def test_a_backend_url_from_a_secret_is_a_reference_in_the_manifest(monkeypatch)
         "secretKeyRef": {"name": "inference", "key": "url"}
     }
     assert not any("backend-url" in a for a in container(trx)["args"])
-    assert transceiver_config(objects, monkeypatch).backend_url == "from-a-secret"
+    assert transceiver_config(objects, monkeypatch).backend_url == "ws://from-a-secret/"
 
 
 def test_a_websocket_backend_needs_one_url_source_only():
@@ -47,3 +47,13 @@ def test_a_websocket_backend_needs_one_url_source_only():
         render(websocket())
     with pytest.raises(helm.HelmError, match="give one"):
         render(websocket(backendUrl=URL, backendUrlSecret={"existingSecret": "inference"}))
+
+
+def test_a_realtime_backend_needs_its_url_and_goes_to_the_transceivers(monkeypatch):
+    realtime = merge(PUBLIC, {"transceiver": {"backend": "realtime"}})
+    with pytest.raises((helm.HelmError, helm.HelmValuesError), match="backendUrl"):
+        render(realtime)
+    url = "wss://models.ai.svc.cluster.local/v1/realtime?model=voice"
+    objects = render(merge(realtime, {"transceiver": {"backendUrl": url}}))
+    config = transceiver_config(objects, monkeypatch)
+    assert (config.backend, config.backend_url) == ("realtime", url)

@@ -11,7 +11,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from rtcedge.checks import check_up_options
+from rtcedge.checks import UpBackend, check_up_options
 from rtcedge.cli import main, up
 
 UP_OPTIONS = {name for param in up.params for name in param.opts} | {"--help"}
@@ -54,10 +54,10 @@ def test_a_short_token_secret_is_refused_by_up(tmp_path):
 
 def test_host_names_resolve_to_the_first_address_they_resolve_to():
     first = socket.getaddrinfo("localhost", 8080, type=socket.SOCK_DGRAM)[0][4][0]
-    named = check_up_options("localhost:8080", "localhost:3478", 2, "echo", None, None)
+    named = check_up_options("localhost:8080", "localhost:3478", 2, UpBackend(), None)
     assert named.http == (first, 8080) and named.relay == (first, 3478)
     assert ipaddress.ip_address(first).is_loopback
-    literal = check_up_options("[::1]:8080", "127.0.0.1:3478", 2, "echo", None, None)
+    literal = check_up_options("[::1]:8080", "127.0.0.1:3478", 2, UpBackend(), None)
     assert (literal.http, literal.relay) == (("::1", 8080), ("127.0.0.1", 3478))
 
 
@@ -77,7 +77,7 @@ def test_advertise_is_never_a_wildcard_and_matches_the_relays_family(args, messa
 
 
 def test_the_relay_is_advertised_under_its_own_address_unless_told():
-    own = check_up_options("127.0.0.1:8080", "127.0.0.1:3478", 2, "echo", None, None)
+    own = check_up_options("127.0.0.1:8080", "127.0.0.1:3478", 2, UpBackend(), None)
     assert (own.advertised, own.advertised_why) == ("127.0.0.1", "--relay")
-    told = check_up_options("127.0.0.1:8080", "0.0.0.0:3478", 2, "echo", None, None, "127.0.0.1")
+    told = check_up_options("127.0.0.1:8080", "0.0.0.0:3478", 2, UpBackend(), None, "127.0.0.1")
     assert told.advertised == "127.0.0.1" and told.internal_host == "127.0.0.1"

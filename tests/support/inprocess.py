@@ -15,7 +15,7 @@ from testbed.ports import free_port
 from transceiver.backend import Backend
 from transceiver.config import TransceiverConfig
 from transceiver.server import TransceiverServer
-from transceiver.signaling.http import make_app
+from transceiver.signaling.app import make_app
 
 
 def direct_config(**overrides) -> TransceiverConfig:

@@ -172,8 +172,14 @@ def test_killing_an_edge_moves_no_transceiver_state_and_its_callers_recover(worl
         try:
             for caller in callers:
                 assert selected_remote(caller) == edge_a.address
-            carried_by_a = await asyncio.to_thread(edge_a.metric, "rtcedge_relay_packets_total")
-            assert carried_by_a > 0, "the kernel spread no caller onto edge A: nothing to test"
+
+            async def carried_by_a() -> bool:  # its workers' counts reach /metrics in a while
+                return await asyncio.to_thread(edge_a.metric, "rtcedge_relay_packets_total") > 0
+
+            deadline = time.monotonic() + 5
+            while not await carried_by_a() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            assert await carried_by_a(), "the kernel spread no caller onto edge A: nothing to test"
             assert edge_a.proc is not None
             await asyncio.sleep(1)  # past the echo's start-up
             edge_a.proc.send_signal(signal.SIGKILL)

@@ -22,7 +22,7 @@ from transceiver.signaling.admission import (
     resume_refused,
 )
 from transceiver.signaling.gate import Gate
-from transceiver.signaling.offer import OFFER_REFUSAL_REASONS
+from transceiver.signaling.offer import FORM_REFUSAL_REASONS, OFFER_REFUSAL_REASONS
 from transceiver.signaling.quota import RateLimiter, SessionsPerClient
 from transceiver.signaling.tokens import TokenVerifier, mint
 
@@ -201,7 +201,8 @@ def test_each_refusal_of_an_offers_body_is_a_400_counted_by_its_label(reason):
 
 
 def test_every_offer_refusal_has_a_scenario():
-    assert set(OFFERS) | {"too_large"} == set(OFFER_REFUSAL_REASONS)
+    # (the realtime door's form refusals: tests/transceiver/test_realtime_calls.py)
+    assert set(OFFERS) | {"too_large", *FORM_REFUSAL_REASONS} == set(OFFER_REFUSAL_REASONS)
     assert admission().offer(OFFER.encode()).startswith("v=0"), "a good offer passes"
 
 

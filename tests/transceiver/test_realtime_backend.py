@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
-import aiohttp
 import pytest
 from aiohttp import web
-from openai.types.realtime import RealtimeClientEvent
+from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
 from pydantic import TypeAdapter
 
+from tests.support.realtime_server import Server
 from tests.support.waits import wait_until
 from transceiver.backend import BackendError, SessionInfo
 from transceiver.backends.realtime import RealtimeBackend, RealtimeBackendConfig
 
 CLIENT = TypeAdapter(RealtimeClientEvent)
+SERVER = TypeAdapter(RealtimeServerEvent)
 FRAME = 960  # 20 ms PCM16 at 24 kHz
 
 
@@ -67,74 +67,44 @@ def delta(item: str, pcm: bytes) -> dict:
     }
 
 
-Handler = Callable[[web.WebSocketResponse, list], Awaitable[None]]
-
-
-class Server:
-    """A Realtime-shaped WebSocket server whose behaviour per call is the test's coroutine."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.received: list[list[dict]] = []
-        self.headers: list[dict] = []
-        self.queries: list[dict] = []
-
-    async def __aenter__(self) -> Server:
-        async def call(request: web.Request) -> web.WebSocketResponse:
-            self.headers.append(dict(request.headers))
-            self.queries.append(dict(request.query))
-            ws = web.WebSocketResponse(max_msg_size=0)
-            await ws.prepare(request)
-            received: list[dict] = []
-            self.received.append(received)
-            reader = asyncio.ensure_future(self._read(ws, received))
-            try:
-                await self.handler(ws, received)
-                await reader
-            finally:
-                reader.cancel()
-            return ws
-
-        app = web.Application()
-        app.router.add_get("/v1/realtime", call)
-        self.runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        port = self.runner.addresses[0][1]
-        self.url = f"ws://127.0.0.1:{port}/v1/realtime?model=test-model"
-        return self
-
-    @staticmethod
-    async def _read(ws: web.WebSocketResponse, received: list) -> None:
-        async for msg in ws:
-            if msg.type is aiohttp.WSMsgType.TEXT:
-                received.append(json.loads(msg.data))
-
-    async def __aexit__(self, *exc) -> None:
-        await self.runner.cleanup()
-
-
 def backend(url: str, **kw) -> RealtimeBackend:
     return RealtimeBackend(RealtimeBackendConfig(url=url, api_key="sk-test", **kw))
 
 
 def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
+    """The whole walk of a call, every event both ways validated against the pinned ``openai``
+    package's types: session.update, appends, a response, a barge-in with truncate, an error."""
+    sent_by_server: list[dict] = []
+
+    async def send(ws: web.WebSocketResponse, event: dict) -> None:
+        sent_by_server.append(event)
+        await ws.send_json(event)
+
     async def handler(ws: web.WebSocketResponse, received: list) -> None:
-        await ws.send_json(created())
+        await send(ws, created())
         await wait_until(
             lambda: sum(e["type"] == "input_audio_buffer.append" for e in received) >= 3
         )
-        await ws.send_json(delta("item_a", b"\x01\x00" * 480 * 50))  # 1 s of answer at once
+        await send(ws, delta("item_a", b"\x01\x00" * 480 * 50))  # 1 s of answer at once
         await wait_until(lambda: any(e["type"] == "response.create" for e in received))
-        await ws.send_json(
+        await send(
+            ws,
             {
                 "type": "input_audio_buffer.speech_started",
                 "event_id": "e5",
                 "audio_start_ms": 60,
                 "item_id": "u1",
-            }
+            },
         )
         await wait_until(lambda: any(e["type"] == "conversation.item.truncate" for e in received))
+        await send(
+            ws,
+            {
+                "type": "error",
+                "event_id": "e6",
+                "error": {"type": "invalid_request_error", "message": "no such item"},
+            },
+        )
 
     async def body() -> None:
         async with Server(handler) as server:
@@ -156,6 +126,7 @@ def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
             await wait_until(
                 lambda: any(e["type"] == "conversation.item.truncate" for e in server.received[0])
             )
+            await wait_until(lambda: any(e["type"] == "error" for e in sinks.events))
             await session.close("hangup")
             await rt.close()
         sent = server.received[0]
@@ -178,7 +149,10 @@ def test_a_call_appends_audio_plays_deltas_and_cuts_exactly() -> None:
             "output_audio_buffer.cleared" in kinds and "input_audio_buffer.speech_started" in kinds
         )
         assert "response.output_audio.delta" not in kinds  # audio goes by RTP, not the channel
-        assert sinks.failures == []
+        assert sinks.failures == [], "an invalid_request_error is the caller's, not the end"
+        for event in sent_by_server:
+            SERVER.validate_python(event)
+        assert "error" in kinds
 
     run(body())
 

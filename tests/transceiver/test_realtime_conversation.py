@@ -7,6 +7,7 @@ validated against the typed events of the pinned ``openai`` package.
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
@@ -192,6 +193,13 @@ def test_caller_clear_cancels_the_response_and_truncates() -> None:
             },
             "user message",
         ),
+        (
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": "c1", "output": "{}"},
+            },
+            "item.call_id",  # not by default: an operator opts in
+        ),
         ({"type": "no.such.event"}, "not allowed"),
     ],
 )
@@ -223,6 +231,24 @@ def test_allowed_caller_events_pass_as_sent() -> None:
         out = conv.caller_event(event, queued=0, now=0.0)
         assert out == [ToServer(event)]
         client_json(out[0])
+
+
+def test_an_operator_may_let_the_app_answer_tool_calls_but_never_add_a_system_message() -> None:
+    policy = load_policy(
+        json.dumps({"allow": {"conversation.item.create": [
+            "item.type", "item.role", "item.content", "item.call_id", "item.output"]}}),
+        "--realtime-policy-file",
+    )  # fmt: skip
+    conv = RealtimeConversation(RATE, policy)
+    output = {
+        "type": "conversation.item.create",
+        "item": {"type": "function_call_output", "call_id": "call_1", "output": '{"ok": 1}'},
+    }
+    assert conv.caller_event(output, queued=0, now=0.0) == [ToServer(output)]
+    client_json(ToServer(output))
+    system = {"type": "conversation.item.create", "item": {"type": "message", "role": "system"}}
+    (refused,) = conv.caller_event(system, queued=0, now=0.0)
+    assert "user message or a function_call_output" in refused.event["error"]["message"]
 
 
 def test_caller_events_are_rate_limited() -> None:

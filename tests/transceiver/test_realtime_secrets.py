@@ -7,10 +7,11 @@ import json
 import pytest
 from openai.types.realtime import ClientSecretCreateResponse
 
+from common.verdict import Refuse
+from transceiver.signaling.gate import Caller, Gate
 from transceiver.signaling.realtime_secrets import (
     DEFAULT_TTL_S,
     MAX_KEY_CHARS,
-    api_key_matches,
     client_secret_response,
     parse_secret_request,
 )
@@ -72,6 +73,7 @@ def test_bad_requests_are_refused_with_a_reason(body: bytes, why: str) -> None:
 
 
 def test_operator_keys_match_exactly() -> None:
-    keys = (b"sk-operator-1", b"sk-operator-2")
-    assert api_key_matches("sk-operator-2", keys)
-    assert not api_key_matches("sk-operator-", keys) and not api_key_matches("", keys)
+    gate = Gate(None, None, (b"sk-operator-1", b"sk-operator-2"))
+    assert gate.caller("Bearer sk-operator-2", 0.0) == Caller(operator=True)
+    for wrong in ("Bearer sk-operator-", "Bearer sk-operator-2x", "sk-operator-2", ""):
+        assert isinstance(gate.caller(wrong, 0.0), Refuse), wrong

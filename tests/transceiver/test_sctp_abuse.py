@@ -39,6 +39,17 @@ def trx() -> Iterator[TransceiverProcess]:
         yield process
 
 
+async def settled(trx: TransceiverProcess, period_s: float = 0.5, timeout_s: float = 10.0) -> None:
+    """Until the data channel's drop counts stop changing for ``period_s`` (bounded)."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        now = await asyncio.to_thread(data_channel_drops, trx)
+        if now == last:
+            return
+        last = now
+        await asyncio.sleep(period_s)
+
+
 async def attack(trx: TransceiverProcess, how: str, size: int, seconds: float = 3.0) -> dict:
     """A victim and an attacker call; ``how`` for ``seconds``: what changed meanwhile."""
     assert trx.proc is not None
@@ -52,6 +63,7 @@ async def attack(trx: TransceiverProcess, how: str, size: int, seconds: float = 
         await getattr(attacker, how)(size, seconds=seconds)
         await asyncio.sleep(max(0.5, start + seconds - time.monotonic()))
         end = time.monotonic()
+        await settled(trx)  # a busy transceiver is still working through the attack's backlog
         return {
             "rss_growth": rss_bytes(trx.proc.pid) - rss,
             "ended": sessions_ended(trx).get("data_channel_limit", 0)

@@ -5,10 +5,11 @@ here, does the I/O an answer calls for, and answers. Each step passes, or refuse
 ``Refuse`` (``common.verdict``: the status, the text answered, Retry-After, the reason counted
 and its kind), in this order, cheapest and least trusting first; no body is read before step 7:
 
-``decide``, on the request's head and who sent it:
-1. gate: the bearer token (``transceiver.signaling.gate``)      -> 401 ``missing``, ``wrong_token``
+``decide``, on the request's head and who sent it, at a ``Door`` (WHIP's, or the Realtime
+API's ``/v1/realtime/calls``: its own gate and body types, the same capacity and quotas):
+1. gate: the bearer (``transceiver.signaling.gate``)            -> 401 ``missing``, ``wrong_token``
                                                                    or the signed token's reason
-2. the content type is application/sdp                          -> 415 ``content_type``
+2. the content type is one the door takes (application/sdp)     -> 415 ``content_type``
 3. the declared length is within --max-sdp-bytes                -> 413 ``too_large``
 4. capacity (``TransceiverServer.capacity_refusal``): draining,  -> 503 + Retry-After ``draining``,
    the session limit, headroom by load; the offers admitted        ``max_sessions``, ``cpu``,
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from common.verdict import Refuse
 from transceiver.ownership import Claim, SessionRouter
@@ -52,7 +53,7 @@ from transceiver.signaling.clients import (
     client_key,
     from_trusted_proxy,
 )
-from transceiver.signaling.gate import Gate
+from transceiver.signaling.gate import Caller, Gate
 from transceiver.signaling.offer import read_offer, too_large
 from transceiver.signaling.quota import RateLimiter, SessionsPerClient, retry_after_s
 
@@ -87,6 +88,27 @@ def resume_refused(reason: str) -> Refuse:
     status, text = RESUME_REFUSALS.get(reason, INVALID_TOKEN)
     retry_s = PEER_RETRY_AFTER_S if status == 503 else None
     return Refuse(reason, text, status, retry_s, RESUME)
+
+
+@dataclass(frozen=True)
+class Door:
+    """Where offers come in: who may call it, and which bodies it takes."""
+
+    gate: Gate
+    content_types: frozenset[str] = frozenset({SDP})
+    max_body_bytes: int | None = None  # None: --max-sdp-bytes (a form holds more than its offer)
+
+    def content_type_refusal(self, content_type: str) -> Refuse | None:
+        if content_type in self.content_types:
+            return None
+        takes = " or ".join(sorted(self.content_types))
+        text = f"Content-Type must be {takes}, not {content_type}"
+        return Refuse("content_type", text, 415, kind=REQUEST)
+
+
+class BodyLimit(NamedTuple):
+    limit: int  # bytes
+    refusal: Refuse  # its 413
 
 
 class Capacity(Protocol):
@@ -124,6 +146,7 @@ class Admit:
     metadata: dict[str, str] = field(compare=False)  # what the backend is told of the caller
     received_at: float = 0.0  # when the POST arrived (monotonic)
     resume: str | None = None  # the resume token of a call that moves here
+    caller: Caller = field(default=Caller(), compare=False)  # who the gate found the bearer to be
 
 
 class OfferAdmission:
@@ -142,6 +165,7 @@ class OfferAdmission:
         per_client: SessionsPerClient | None = None,
     ) -> None:
         self.gate = gate
+        self.door = Door(gate)  # WHIP's; another door shares the capacity and the quotas
         self.capacity = capacity
         self.router = router
         self.too_large = too_large(max_sdp_bytes)  # steps 3 and the body's read
@@ -152,22 +176,27 @@ class OfferAdmission:
         self.per_client = per_client  # step 7; None: no limit per client
         self.pending = 0  # offers admitted, not settled yet
 
-    def decide(self, request: OfferRequest, now: float, unix_now: float) -> Admit | Refuse:
-        """Steps 1-7: the offer's ``Admit``, or why it is refused before its body is read.
-        ``now``: time.monotonic() (buckets, load); ``unix_now``: the clock tokens are checked
-        against."""
-        subject = self.gate.check(request.authorization, unix_now)
-        if isinstance(subject, Refuse):
-            return subject
-        if request.content_type != SDP:
-            text = f"Content-Type must be application/sdp, not {request.content_type}"
-            return Refuse("content_type", text, 415, kind=REQUEST)
-        if request.content_length is not None and request.content_length > self.max_sdp_bytes:
-            return self.too_large
+    def decide(
+        self, request: OfferRequest, now: float, unix_now: float, door: Door | None = None
+    ) -> Admit | Refuse:
+        """Steps 1-7 at ``door`` (WHIP's by default): the offer's ``Admit``, or why it is
+        refused before its body is read. ``now``: time.monotonic() (buckets, load);
+        ``unix_now``: the clock tokens are checked against."""
+        door = door or self.door
+        caller = door.gate.caller(request.authorization, unix_now)
+        if isinstance(caller, Refuse):
+            return caller
+        refused = door.content_type_refusal(request.content_type)
+        if refused is not None:
+            return refused
+        too_large = self.body_too_large(door)
+        if request.content_length is not None and request.content_length > too_large.limit:
+            return too_large.refusal
         refused = self.capacity.capacity_refusal(now, self.pending)
         if refused is not None:
             return refused if request.resume is None else _moving(refused)
         address = client_address(request.peer, request.forwarded_for, self.trusted)
+        subject = caller.subject
         key = client_key(address, subject)
         refused = self._quotas(key, now)
         if refused is not None:
@@ -177,7 +206,13 @@ class OfferAdmission:
         metadata = {"user_agent": request.user_agent[:MAX_USER_AGENT]}
         if subject is not None:
             metadata["subject"] = subject
-        return Admit(address, key, region, metadata, now, request.resume)
+        return Admit(address, key, region, metadata, now, request.resume, caller)
+
+    def body_too_large(self, door: Door) -> BodyLimit:
+        """The largest body ``door`` takes, and its 413."""
+        if door.max_body_bytes is None or door.max_body_bytes == self.max_sdp_bytes:
+            return BodyLimit(self.max_sdp_bytes, self.too_large)
+        return BodyLimit(door.max_body_bytes, too_large(door.max_body_bytes))
 
     def _quotas(self, key: str, now: float) -> Refuse | None:
         """Steps 6 and 7: the client's rate, then its sessions (a slot reserved if it passes)."""

@@ -19,11 +19,10 @@
 
 The handlers (``WhipHandlers``) are a class over the offer's admission, a numbered decision
 (``transceiver.signaling.admission``), and the session router (``transceiver.ownership``); they
-use the server only through ``WhipServer``, the few things they need of it. ``make_app`` composes
-them from the server's configuration.
-
-``/metrics`` is served by ``make_metrics_app`` on its own listener (``--metrics``): the WHIP port
-is public through the ingress, and metrics are for the cluster only.
+use the server only through ``WhipServer``, the few things they need of it.
+``transceiver.signaling.app`` composes them from the server's configuration, and serves
+``/metrics`` on a listener of its own. The Realtime API's door (``realtime_http``) answers its
+offers through ``WhipHandlers.answer_offer``.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from common.verdict import Refuse
 from transceiver.backend import BackendError
@@ -53,13 +51,13 @@ from transceiver.ownership import (
     Local,
     SessionRouter,
 )
-from transceiver.server import TransceiverServer
 from transceiver.signaling.admission import (
     PEER_RETRY_AFTER_S,
     RESUME,
     RETRY_AFTER_S,
     Admit,
     Capacity,
+    Door,
     OfferAdmission,
     OfferRequest,
     resume_refused,
@@ -68,8 +66,6 @@ from transceiver.signaling.clients import client_address, client_key
 from transceiver.signaling.forward import PeerForwarder
 from transceiver.signaling.gate import TOKEN, Gate
 from transceiver.signaling.offer import OFFER
-from transceiver.signaling.quota import RateLimiter, SessionsPerClient
-from transceiver.signaling.tokens import TokenVerifier
 
 log = logging.getLogger("rtcedge.transceiver")
 
@@ -88,6 +84,11 @@ CLAIM_ANSWERS = {"no_session": 404, "replayed": 409, "expired": 410}
 OFFER_TIMEOUT = Refuse("body_timeout", "offer not received in time", 408)
 BACKEND_UNAVAILABLE = Refuse("backend", "backend unavailable", 503, RETRY_AFTER_S)
 BODY_TIMEOUT = Refuse("body_timeout", "body not received in time", 408)  # a PATCH's body
+
+
+# A door's body to the offer and what the backend is told besides (or why it is refused), from
+# the admitted offer, the whole Content-Type header and the body.
+ReadBody = Callable[[Admit, str, bytes], "tuple[bytes, dict[str, str]] | Refuse"]
 
 
 def session_refused(reason: str) -> Refuse:
@@ -199,8 +200,20 @@ class WhipHandlers:
 
     # -- POST /whip: a new session -----------------------------------------------------------------
     async def post(self, request: web.Request) -> web.Response:
+        return await self.answer_offer(request, self.admission.door, "/whip")
+
+    async def answer_offer(
+        self,
+        request: web.Request,
+        door: Door,
+        location: str,
+        read_body: ReadBody | None = None,
+    ) -> web.Response:
+        """An offer POSTed at ``door``: 201 with the answer and ``Location: {location}/{id}``, or
+        the refusal. ``read_body`` turns a door's body into the offer and metadata for the
+        backend (WHIP's body is the offer)."""
         admitted = self.admission.decide(
-            self._offer_request(request), time.monotonic(), time.time()
+            self._offer_request(request), time.monotonic(), time.time(), door
         )
         if isinstance(admitted, Refuse):
             return self._refused("POST", admitted)
@@ -212,7 +225,11 @@ class WhipHandlers:
             self.admission.registered()
 
         try:
-            created = await self._create(request, admitted, registered)
+            body = await self._offer_body(request, admitted, door, read_body)
+            if isinstance(body, Refuse):
+                created = body
+            else:
+                created = await self._create(admitted, *body, registered)
         finally:
             session_id = created.id if isinstance(created, Created) else None
             self.admission.settle(admitted, session_id, registered=placed[0])
@@ -223,8 +240,29 @@ class WhipHandlers:
             status=201,
             text=created.answer_sdp,
             content_type="application/sdp",
-            headers={"Location": f"/whip/{created.resource}", "ETag": f'"{created.ufrag}"'},
+            headers={
+                "Location": f"{location}/{created.resource}",
+                "ETag": f'"{created.ufrag}"',
+            },
         )
+
+    async def _offer_body(
+        self, request: web.Request, admit: Admit, door: Door, read_body: ReadBody | None
+    ) -> tuple[bytes, dict[str, str]] | Refuse:
+        """The body's offer and the metadata the backend is told, bounded in size and time."""
+        too_large = self.admission.body_too_large(door)
+        body = await self.read_body(request, too_large.refusal, OFFER_TIMEOUT)
+        if isinstance(body, Refuse):
+            return body
+        if len(body) > too_large.limit:  # the app's read bound is the largest door's
+            return too_large.refusal
+        if read_body is None:
+            return body, admit.metadata
+        read = read_body(admit, request.headers.get("Content-Type", ""), body)
+        if isinstance(read, Refuse):
+            return read
+        offer, extra = read
+        return offer, {**admit.metadata, **extra}
 
     def _offer_request(self, request: web.Request) -> OfferRequest:
         """What the admission decides on: the POST's head and who sent it."""
@@ -241,20 +279,17 @@ class WhipHandlers:
         )
 
     async def _create(
-        self, request: web.Request, admit: Admit, registered: Callable[[], None]
+        self, admit: Admit, body: bytes, metadata: dict[str, str], registered: Callable[[], None]
     ) -> Created | Refuse:
-        """Read and check the offer, claim the call it resumes (if it does), make the session:
-        its answer, or why not (the admission's steps 8 and 9, then the server's)."""
-        body = await self._read(request, self.admission.too_large, OFFER_TIMEOUT)
-        if isinstance(body, Refuse):
-            return body
+        """Check the offer, claim the call it resumes (if it does), make the session: its
+        answer, or why not (the admission's steps 8 and 9, then the server's)."""
         offer = self.admission.offer(body)
         if isinstance(offer, Refuse):
             return offer
         moved = await self._claim(admit)
         if isinstance(moved, Refuse):
             return moved
-        resume_of, metadata = (None, admit.metadata) if moved is None else moved
+        resume_of, metadata = (None, metadata) if moved is None else moved
         try:
             session = await self.server.create_session(
                 offer,
@@ -286,7 +321,9 @@ class WhipHandlers:
         claimed = await self.forwarder.claim(route, admit.resume)
         return resume_refused(claimed.reason) if isinstance(claimed, Refuse) else claimed
 
-    async def _read(self, request: web.Request, too_large: Refuse, late: Refuse) -> bytes | Refuse:
+    async def read_body(
+        self, request: web.Request, too_large: Refuse, late: Refuse
+    ) -> bytes | Refuse:
         """A request's body, bounded in size (``client_max_size``) and time (--body-timeout)."""
         try:
             return await asyncio.wait_for(request.read(), self.config.body_timeout_s)
@@ -297,8 +334,13 @@ class WhipHandlers:
 
     # -- DELETE and PATCH /whip/{id}: a session, here or at its owner -----------------------------
     async def delete(self, request: web.Request) -> web.Response:
+        return await self.end(request, self.gate)
+
+    async def end(self, request: web.Request, gate: Gate) -> web.Response:
+        """End the session the request names, if ``gate`` lets its bearer (an expired token
+        still may) and it is here, or pass the request on to its owner."""
         header = request.headers.get("Authorization", "")
-        subject = self.gate.check(header, time.time(), ending=True)
+        subject = gate.check(header, time.time(), ending=True)
         if isinstance(subject, Refuse):
             return self._refused("DELETE", subject)
         session = await self._owned(request, subject)
@@ -333,7 +375,7 @@ class WhipHandlers:
             return self._refused(method, session_refused(route.reason))
         body = None
         if request.body_exists:  # a PATCH's (the owner answers it): bounded in size and time
-            body = await self._read(request, self.body_too_large, BODY_TIMEOUT)
+            body = await self.read_body(request, self.body_too_large, BODY_TIMEOUT)
             if isinstance(body, Refuse):
                 return self._refused(method, body)
         forwarded_for = request.headers.get(self.config.client_address_header)
@@ -363,87 +405,3 @@ class WhipHandlers:
 
 async def options(request: web.Request) -> web.Response:
     return web.Response(status=204, headers={"Accept-Post": "application/sdp"})
-
-
-async def index(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(STATIC_DIR / "index.html")
-
-
-def make_app(server: TransceiverServer) -> web.Application:
-    """The WHIP app of ``server``: the handlers over the offer's admission, composed from its
-    configuration; health, readiness and the demo page beside them."""
-    cfg = server.config
-    app = web.Application(client_max_size=cfg.max_sdp_bytes, middlewares=[_cors(cfg.cors_origin)])
-    verifier = TokenVerifier(cfg.token_secrets, cfg.token_max_ttl_s) if cfg.token_secrets else None
-    gate = Gate(cfg.auth_token, verifier)
-    rate = RateLimiter(cfg.client_rate_per_s, cfg.client_burst) if cfg.client_rate_per_s else None
-    per_client = SessionsPerClient(cfg.client_max_sessions) if cfg.client_max_sessions else None
-    admission = OfferAdmission(
-        gate,
-        server,
-        server.router,
-        max_sdp_bytes=cfg.max_sdp_bytes,
-        migrate_deadline_s=cfg.migrate_deadline_s,
-        trusted=cfg.trusted_proxy_networks(),
-        rate=rate,
-        per_client=per_client,
-    )
-    forwarder = PeerForwarder(
-        cfg.transceiver_id, cfg.peer_timeout_s, cfg.peer_limits(), cfg.peer_connect_timeout_s
-    )
-    app.on_cleanup.append(forwarder.close)
-    metrics = server.metrics.for_signaling()
-    WhipHandlers(cfg, server, gate, admission, server.router, forwarder, metrics).add_routes(app)
-    _add_health(app, server)
-    app.router.add_get("/", index)
-    if STATIC_DIR.is_dir():
-        app.router.add_static("/static/", STATIC_DIR)
-    return app
-
-
-def make_metrics_app(server: TransceiverServer) -> web.Application:
-    """``/metrics`` (and health, for probes that use this port) for the cluster's eyes only."""
-    registered = server.metrics
-
-    async def metrics(request: web.Request) -> web.Response:
-        registered.flush()
-        body = generate_latest(registered.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    _add_health(app, server)
-    return app
-
-
-def _add_health(app: web.Application, server: WhipServer) -> None:
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(request: web.Request) -> web.Response:
-        # Ready follows admission: not ready while draining or while a new session would be
-        # refused (the session limit, or no headroom by load), so that the signaling Service
-        # sends new calls elsewhere. Live calls are untouched: their media goes by the
-        # headless Service's per-pod name, which keeps not-ready pods (docs/deploy.md).
-        refusal = server.capacity_refusal()
-        if refusal is not None:
-            return web.Response(status=503, text=f"{refusal.text}\n")
-        return web.Response(text=f"ready, {len(server.sessions)} sessions\n")
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-
-
-def _cors(origin: str):  # type: ignore[no-untyped-def]
-    @web.middleware
-    async def middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
-        response = await handler(request)
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Allow-Methods"] = "POST, DELETE, PATCH, OPTIONS"
-        response.headers["Access-Control-Allow-Headers"] = (
-            f"Authorization, Content-Type, If-Match, {RESUME_HEADER}"
-        )
-        response.headers["Access-Control-Expose-Headers"] = "Location, ETag, Retry-After"
-        return response
-
-    return middleware

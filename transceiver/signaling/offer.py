@@ -21,6 +21,13 @@ from aiortc import sdp
 
 from common.verdict import Refuse
 
+# A /v1/realtime/calls body refused before its offer is checked
+# (transceiver.signaling.realtime_calls).
+FORM_REFUSAL_REASONS: tuple[str, ...] = (
+    "invalid_form",  # a multipart body without an sdp field, or not a form
+    "invalid_session",  # the form's session is not one a call takes (400)
+    "session_refused",  # the form's session sets what the caller policy does not allow (403)
+)
 # What a refused offer is counted as (rtcedge_transceiver_offers_refused_total{reason}).
 OFFER_REFUSAL_REASONS: tuple[str, ...] = (
     "too_large",  # the body is over --max-sdp-bytes (413, by the HTTP layer)
@@ -31,6 +38,7 @@ OFFER_REFUSAL_REASONS: tuple[str, ...] = (
     "section_lines",
     "lines",
     "invalid",  # anything aiortc or the checks after it refuse
+    *FORM_REFUSAL_REASONS,
 )
 
 

@@ -13,7 +13,6 @@ Sans-I/O: parse a request body, build a response; minting takes ``now``.
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ __all__ = [
     "MAX_TTL_S",
     "MIN_TTL_S",
     "SecretRequest",
-    "api_key_matches",
     "client_secret_response",
     "parse_secret_request",
     "parse_session",
@@ -107,9 +105,3 @@ def client_secret_response(
         **request.session,
     }
     return {"value": value, "expires_at": int(now) + ttl, "session": session}
-
-
-def api_key_matches(presented: str, keys: tuple[bytes, ...]) -> bool:
-    """Whether a bearer is one of the operator's API keys (constant time per key)."""
-    raw = presented.encode()
-    return any(hmac.compare_digest(raw, key) for key in keys)

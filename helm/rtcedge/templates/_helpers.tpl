@@ -377,7 +377,7 @@ those as plain string prefixes). Call with one entry of transceiver.ingress.host
 {{- $covers = or (hasPrefix $path "/metrics") (hasPrefix $path "/healthz") (hasPrefix $path "/readyz") }}
 {{- end }}
 {{- if $covers }}
-{{- fail (printf "transceiver.ingress: path %s (%s) would publish /metrics, /healthz or /readyz; route only the WHIP and page paths: /whip (Prefix), / (Exact), /static (Prefix), the defaults" $path .pathType) }}
+{{- fail (printf "transceiver.ingress: path %s (%s) would publish /metrics, /healthz or /readyz; route only the signaling and page paths: /whip (Prefix), / (Exact), /static (Prefix), /v1/realtime (Prefix), /realtime (Exact), the defaults" $path .pathType) }}
 {{- end }}
 {{- end }}
 

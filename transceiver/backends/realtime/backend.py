@@ -9,12 +9,14 @@ one receiver task hands what the server sends to the conversation and carries ou
 A dropped WebSocket, a malformed or oversized message, a ``server_error`` or a server that sends
 nothing within ``connect_timeout_s`` of the upgrade ends that call (``on_failure``) with the reason
 logged; no retry: a conversation's state lives in the server's session, which a new WebSocket
-would not have (docs/backends.md, "realtime").
+would not have (docs/realtime.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import logging
 import ssl
@@ -37,12 +39,68 @@ from transceiver.backends.realtime.conversation import (
 )
 from transceiver.backends.realtime.policy import ClientEventPolicy
 
-__all__ = ["RealtimeBackend", "RealtimeBackendConfig", "RealtimeSession"]
+__all__ = [
+    "APP_SESSION_KEY",
+    "RealtimeBackend",
+    "RealtimeBackendConfig",
+    "RealtimeSession",
+    "app_session",
+    "app_session_metadata",
+]
 
 log = logging.getLogger(__name__)
 
 CLEAR_AUDIO = {"type": "audio.clear"}  # the transceiver's control event (transceiver.call.session)
 SAMPLE_RATES = (8000, 16000, 24000, 48000)
+# The per-call counts in the line logged at a call's end, in its order.
+LOGGED_COUNTS = (
+    "appends",
+    "appends_dropped",
+    "events_dropped",
+    "deltas",
+    "barge_ins",
+    "truncates",
+    "late_deltas_dropped",
+    "caller_events_refused",
+    "caller_events_limited",
+    "server_errors",
+)
+# The metadata key of the session an app set for its call (its client secret's, its calls form's),
+# as compact JSON: metadata travels with a call that moves to another transceiver.
+APP_SESSION_KEY = "realtime_session"
+
+
+def app_session_metadata(session: Mapping[str, Any] | None) -> dict[str, str]:
+    """The metadata entry that carries an app's session to the backend (none for no session)."""
+    if not session:
+        return {}
+    return {APP_SESSION_KEY: json.dumps(session, separators=(",", ":"))}
+
+
+def app_session(metadata: Mapping[str, str]) -> dict[str, Any]:
+    """The app's session a call's metadata carries ({} for none, or for one that is not JSON:
+    the signaling wrote it, so that is a bug, logged, not the caller's fault)."""
+    text = metadata.get(APP_SESSION_KEY)
+    if not text:
+        return {}
+    try:
+        session = json.loads(text)
+    except ValueError:
+        log.error("a call's %s is not JSON; the operator's session alone is used", APP_SESSION_KEY)
+        return {}
+    return session if isinstance(session, dict) else {}
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s fields over it, objects merged field by field (lists replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            out[key] = merged(below, value)
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,9 +142,10 @@ class RealtimeBackendConfig:
             return None
         return ssl.create_default_context(cafile=self.ca_file)
 
-    def session_update(self) -> dict[str, Any]:
-        """The first client event: the operator's session with the audio formats fixed."""
-        session = {"type": "realtime", **self.session}
+    def session_update(self, app: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The first client event: the app's session (``app_session``) with the operator's over
+        it (an app cannot undo what the operator set), and the audio formats fixed."""
+        session = {"type": "realtime", **merged(app or {}, self.session)}
         audio_format = {"type": "audio/pcm", "rate": self.sample_rate}
         audio = dict(session.get("audio") or {})
         audio["input"] = {**(audio.get("input") or {}), "format": audio_format}
@@ -104,6 +163,15 @@ class RealtimeSession(BackendSession):
     """
 
     audio_format = PCM16
+
+    def counters(self) -> dict[str, int]:
+        """What this call did so far: its conversation's counts and the outbox's drops."""
+        counts = dataclasses.asdict(self.conversation.counts)
+        return {
+            **counts,
+            "appends_dropped": self.appends_dropped,
+            "events_dropped": self.events_dropped,
+        }
 
     def __init__(
         self,
@@ -253,20 +321,14 @@ class RealtimeSession(BackendSession):
             log.debug("session %s: unclean close: %r", self.info.session_id, exc)
         self.state = "closed"
         self._on_closed(self)
-        counts = self.conversation.counts
+        counts = self.counters()
         log.info(
-            "session %s: realtime closed (%s): appends %d (dropped %d), deltas %d, barge-ins %d, "
-            "late deltas dropped %d, caller events refused %d limited %d, server errors %d",
+            "session %s: realtime closed (%s): appends %d (dropped %d), events dropped %d, "
+            "deltas %d, barge-ins %d, truncates %d, late deltas dropped %d, caller events "
+            "refused %d limited %d, server errors %d",
             self.info.session_id,
             self.close_reason,
-            counts.appends,
-            self.appends_dropped,
-            counts.deltas,
-            counts.barge_ins,
-            counts.late_deltas_dropped,
-            counts.caller_events_refused,
-            counts.caller_events_limited,
-            counts.server_errors,
+            *(counts[name] for name in LOGGED_COUNTS),
         )
 
 
@@ -301,6 +363,7 @@ class RealtimeBackend(Backend):
         if context is not None:
             self._options["ssl"] = context
         self._sessions: set[RealtimeSession] = set()
+        self._ended_totals: collections.Counter[str] = collections.Counter()  # of ended calls
         self._closed = False
 
     async def open_session(
@@ -322,7 +385,7 @@ class RealtimeBackend(Backend):
         try:
             async with asyncio.timeout(cfg.connect_timeout_s):
                 connection = await manager.enter()
-                await connection.send(cfg.session_update())
+                await connection.send(cfg.session_update(app_session(info.metadata)))
                 first = await connection.recv_bytes()
         except BaseException as exc:
             if connection is not None:
@@ -335,10 +398,23 @@ class RealtimeBackend(Backend):
                 raise
             raise BackendError(f"cannot open a realtime session at {cfg.url}: {exc}") from exc
         session = RealtimeSession(
-            info, connection, cfg, emit_audio, emit_event, on_failure, self._sessions.discard, first
+            info, connection, cfg, emit_audio, emit_event, on_failure, self._ended, first
         )
         self._sessions.add(session)
         return session
+
+    def _ended(self, session: RealtimeSession) -> None:
+        """A call closed: what it did is added to the totals of the calls that ended."""
+        self._sessions.discard(session)
+        self._ended_totals.update(session.counters())
+
+    def counters(self) -> Mapping[str, int]:
+        """The calls' counts (barge-ins, truncates, refused caller events, appends dropped...):
+        the ended calls' totals and the live calls' counts so far."""
+        totals = collections.Counter(self._ended_totals)
+        for session in self._sessions:
+            totals.update(session.counters())
+        return dict(totals)
 
     async def close(self) -> None:
         self._closed = True

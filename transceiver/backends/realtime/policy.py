@@ -47,8 +47,10 @@ DEFAULT_ALLOWED: Mapping[str, tuple[str, ...]] = {
 }
 # Fields every event may carry.
 ALWAYS = frozenset({"type", "event_id"})
-# conversation.item.create: only user messages (a system message would override the operator's).
-USER_ITEM = {"item.type": "message", "item.role": "user"}
+# conversation.item.create: a user message (a system message would override the operator's), or
+# the output of a tool call the app runs itself, when the policy lets it set item.call_id and
+# item.output (not by default: the operator opts in).
+ITEMS_A_CALLER_ADDS = "a user message or a function_call_output"
 
 
 @dataclass
@@ -75,10 +77,8 @@ class ClientEventPolicy:
                 continue
             if not any(path == p or path.startswith(p + ".") for p in prefixes):
                 return f"{kind} may not set {path!r}"
-        if kind == "conversation.item.create":
-            for path, value in USER_ITEM.items():
-                if _get(event, path) != value:
-                    return f"conversation.item.create may only add a user message ({path})"
+        if kind == "conversation.item.create" and not _caller_item(event):
+            return f"conversation.item.create may only add {ITEMS_A_CALLER_ADDS}"
         return None
 
 
@@ -111,6 +111,15 @@ def _leaf_paths(obj: Mapping, prefix: str = "") -> Iterator[str]:
             yield from _leaf_paths(value, path + ".")
         else:
             yield path
+
+
+def _caller_item(event: Mapping) -> bool:
+    """Whether a conversation.item.create adds an item a caller may add (its fields were
+    checked against the allowlist already)."""
+    kind = _get(event, "item.type")
+    if kind == "message":
+        return _get(event, "item.role") == "user"
+    return kind == "function_call_output"
 
 
 def _get(obj: Mapping, path: str) -> object:

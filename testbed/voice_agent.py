@@ -1,0 +1,118 @@
+"""The example voice agent (examples/voice_agent/agent.py) as a child process on loopback: the
+Realtime-compatible model server ``rtcedge up --agent`` puts behind its transceiver.
+
+It binds a free port itself (``--listen 127.0.0.1:0``: no port found free and then taken by
+someone else) and names it in its ``ready ws://...`` line, which is read with a deadline. Its key
+goes in a file only its owner reads, removed once the agent has read it; the key itself is on no
+command line. It runs outside the package (its modules import each other as siblings), so it
+works only from a source checkout, as testbed/ does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.lifetime import parent_death_preexec
+from testbed.processes import stop_process
+
+AGENT = Path(__file__).resolve().parents[1] / "examples" / "voice_agent" / "agent.py"
+# What agent.py needs besides the project's own dependencies: the ``agent`` extra's modules
+# and Debian's espeak-ng.
+MODULES = ("pocketsphinx", "webrtcvad", "numpy")
+INSTALL = "pip install -e '.[agent]' and apt-get install espeak-ng"
+MODEL = "rtcedge-voice-agent"  # the name it answers to (any model is this one)
+READY_TIMEOUT_S = 60.0  # imports and pocketsphinx's model, on a busy machine (1-2 s idle)
+
+
+def agent_missing() -> list[str]:
+    """What the agent cannot run without here (empty: it can run)."""
+    missing = [] if AGENT.is_file() else [str(AGENT)]
+    missing += [name for name in MODULES if importlib.util.find_spec(name) is None]
+    if shutil.which("espeak-ng") is None:
+        missing.append("espeak-ng")
+    return missing
+
+
+@dataclass
+class VoiceAgentProcess:
+    """``agent.py --listen 127.0.0.1:0 --key-file ...`` until ``stop``; ``url`` once started."""
+
+    extra_args: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    # SIGTERM to the agent when the thread that started it exits (common/lifetime.py).
+    die_with_parent: bool = False
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def command(self, key_file: str) -> list[str]:
+        return [sys.executable, str(AGENT), "--listen", f"{self.host}:0",
+                "--key-file", key_file, *self.extra_args]  # fmt: skip
+
+    def start(
+        self, timeout_s: float = READY_TIMEOUT_S, stop: threading.Event | None = None
+    ) -> VoiceAgentProcess:
+        """Start it and wait for its ready line; RuntimeError if it exits, stays silent for
+        ``timeout_s`` or ``stop`` is set first (Ctrl-C while it loads)."""
+        with tempfile.NamedTemporaryFile("w", prefix="rtcedge-agent-key-") as key_file:
+            key_file.write(self.key)  # mode 0600: tempfile's
+            key_file.flush()
+            self.proc = subprocess.Popen(
+                self.command(key_file.name),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                preexec_fn=parent_death_preexec() if self.die_with_parent else None,
+            )  # fmt: skip
+            line = self._first_line(timeout_s, stop or threading.Event())
+        if not line.startswith("ready ws://"):
+            assert self.proc is not None
+            exited = self.proc.poll()
+            self.stop()
+            if stop is not None and stop.is_set():
+                why = "was stopped before it was ready"
+            elif exited is not None:
+                why = f"exited with status {exited}"
+            else:
+                why = f"was not ready within {timeout_s:g} s"
+            raise RuntimeError(f"the voice agent {why} (its log is above)")
+        self.url = line.split()[1]
+        return self
+
+    def _first_line(self, timeout_s: float, stop: threading.Event) -> str:
+        """The agent's first line of output, "" if none within ``timeout_s`` or before ``stop``;
+        the rest of its output is read and dropped, so that a full pipe never blocks it."""
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        first: list[str] = []
+        got = threading.Event()
+
+        def read() -> None:
+            first.append(stdout.readline())
+            got.set()
+            for _ in stdout:
+                pass
+
+        threading.Thread(target=read, daemon=True, name="voice-agent-stdout").start()
+        deadline = time.monotonic() + timeout_s
+        while not got.wait(0.1) and not stop.is_set() and time.monotonic() < deadline:
+            pass
+        return first[0] if first else ""
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM (it closes its calls and exits), SIGKILL after ``timeout_s``; its status."""
+        return None if self.proc is None else stop_process(self.proc, timeout_s)
+
+    @property
+    def backend_url(self) -> str:
+        """``--backend-url`` for a transceiver in front of it."""
+        return f"{self.url}?model={MODEL}"

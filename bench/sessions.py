@@ -331,9 +331,11 @@ def start_relay_and(
     cpus: dict[str, set[int]],
     logs: list[collections.deque[str]],
     notes: list[str],
+    envs: list[dict[str, str]] | None = None,
 ) -> tuple[list[TransceiverProcess], RelayProcess]:
-    """A transceiver per entry of ``backends`` (its backend's arguments; ids 0, 1...: the relay
-    routes each call to the one its answer names), started while this process runs on the
+    """A transceiver per entry of ``backends`` (its backend's arguments, and its entry of
+    ``envs``: variables such as a key, never on a command line; ids 0, 1...: the relay routes
+    each call to the one its answer names), started while this process runs on the
     transceiver's CPU only (the child inherits the pin, and so do the threads it starts later);
     then the relay, after this process moved to the callers' CPUs (the relay pins its worker to
     the first of them). Each transceiver's stderr flows into its entry of ``logs``. Adds
@@ -345,6 +347,7 @@ def start_relay_and(
             relay,
             tid=tid,
             extra_args=["--drain-grace", "5", "--max-sessions", str(max_sessions), *backend],
+            extra_env=(envs or [{}] * len(backends))[tid],
         )
         # The steps measure the transceiver, not its admission policy (the overload step does).
         trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]

@@ -59,6 +59,17 @@ def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
     install_sender(pc, tone, audio_clock, send_on_nominated_pair(sender))
 
 
+def _sent_stream(pc: Any) -> tuple[int | None, int | None]:
+    """A light caller's (SSRC, sequence number of its first packet): its clocked sender numbers
+    every packet the track hands it in turn (``transceiver.call.seam.DirectSender``); (None,
+    None) for a stock caller or before it sends."""
+    for sender in pc.getSenders():
+        direct = getattr(sender, "direct", None)
+        if direct is not None:
+            return sender._ssrc, (direct._seq - direct.packets_sent) & 0xFFFF
+    return None, None
+
+
 class _EchoInbound:
     """Stands in for ``transceiver.call.inbound.InboundAudio`` under a light caller's receiver:
     every RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
@@ -189,12 +200,18 @@ class EchoCall:
 
     def timings(self, since: float) -> dict[str, Any]:
         """Since wall time ``since``: when each beep left (wall time, its index, how late its
-        tick was) and when each sound after silence arrived (wall time, RTP sequence number)."""
+        tick was) and when each sound after silence arrived (wall time, RTP sequence number,
+        when the next packet did); the SSRC this caller sends with and the sequence number of
+        its first packet (with a mark's index: the marked packet's), the SSRC it hears."""
+        ssrc, first_seq = _sent_stream(self.pc)
         return {
             "id": self.id,
             "first_event_id": self.first_event_id,
             "marks": [m for m in self.tone.marks if m[0] >= since],
             "onsets": [o for o in self.echo.onsets if o[0] >= since],
+            "ssrc": ssrc,
+            "first_seq": first_seq,
+            "far_ssrc": self.echo.ssrc,
         }
 
     def _on_track(self, track: Any) -> None:

@@ -557,6 +557,7 @@ class EchoCounter:
         self.tone_checks_unclear = 0  # frames that were neither our tone nor another's
         self.foreign_tones: list[tuple[int, float]] = []  # (Hz, share) of the first ones
         self.onsets: collections.deque[list[Any]] = collections.deque(maxlen=600)
+        self.ssrc: int | None = None  # of the stream heard (the far end's)
         self.first_echo_at: float | None = None  # time.monotonic()
         self._jitter_units = 0.0  # RFC 3550 interarrival jitter, RTP timestamp units
         self._last_transit: int | None = None
@@ -596,6 +597,7 @@ class EchoCounter:
         arrived = time.time()
         arrival_time_ms = int(self._clock() * 1000)
         seq = packet.sequence_number
+        self.ssrc = packet.ssrc
         if self._base_seq is None:
             self._base_seq = self._max_seq = seq
         else:

@@ -7,8 +7,8 @@ echo call". Per N concurrent calls (1, 20, 40 by default) it runs a realtime ste
 echo step of the same N, alternately (``--rounds`` times, 2 by default: the CPU ratio is the
 median of the rounds'), in one run, on the same cores.
 
-Set-up (``bench/sessions.py``'s plan): one relay (1 worker) and two transceivers behind it,
-both pinned with all their threads to the first allowed CPU: one ``--backend realtime
+Set-up (``bench/sessions.py``'s plan): two transceivers, each behind a relay of its own (1
+worker), both pinned with all their threads to the first allowed CPU: one ``--backend realtime
 --backend-url ws://127.0.0.1:PORT/v1/realtime?model=bench`` against the example agent
 (``examples/voice_agent/agent.py --stand-in beep --log-events FILE``), one echo ``pcm16`` at
 the same PCM rate (24 kHz: the same libopus work per frame as the realtime call's). The callers
@@ -44,10 +44,11 @@ The points timed, all on the machine's one wall clock, for the markers (a sound 
   meets an empty queue (the agent's answers leave the playout idle for 100 ms each second), so
   its first frame goes into the slot the track holds open and leaves at once, or, with no slot
   open, on the next 20 ms tick; the report gives each beep's part by what held it: at once, on
-  the tick, or after a packet of its call left first (a tick sent the call's slot while the
-  delta waited: up to a frame later). End to end: the agent's log (just before the write) ->
-  the caller's receive callback; the stages: the agent's own, the transceiver's part, the
-  relay's hop, the caller's.
+  the tick, after a tick (one packet of its call left first: a tick sent the call's slot while
+  the delta waited, up to a frame later) or behind earlier audio (two or more: the previous
+  answer, come late, was still being played). End to end: the agent's log (just before the
+  write) -> the caller's receive callback; the stages: the agent's own, the transceiver's part,
+  the relay's hop, the caller's.
 - the **echo reference**: a caller's beep through the echo transceiver, end to end (sent ->
   its echo's first sound heard) and the echo transceiver's part (into its socket -> out).
 
@@ -135,8 +136,9 @@ METHOD = {
     "(-> the first packet of that audio sent toward the relay), relay (-> sent to the caller), "
     "caller (-> handed to the caller)",
     "downlink_split": "end_to_end: on_tick if the onset's next packet came 20 +- 0.5 ms later; "
-    "transceiver: at_once, on_tick (by its next packet's send), after_a_packet (a packet of the "
-    "call left between the delta's arrival and the beep's first)",
+    "transceiver: at_once, on_tick (by its next packet's send), after_a_tick (one packet of the "
+    "call left between the delta's arrival and the beep's first), behind_earlier_audio (two or "
+    "more: an earlier answer still playing)",
     "tick_span_ms": "first to last packet of each 20 ms tick of the transceiver (its loop held)",
     "round_trip": "echo transceiver: the caller's beep sent -> the first sound of its echo heard",
     "cpu_per_session": "transceiver CPU time over the window (all threads) / N, idle included",
@@ -372,30 +374,37 @@ def start_bench(
     allowed = stack.enter_context(own_cpus_restored())
     cpus = plan_cpus(allowed, notes)
     os.sched_setaffinity(0, cpus["clients"])  # the agent inherits the callers' CPUs
-    log = tmp / "agent-events.jsonl"
-    log.touch()
+    events = tmp / "agent-events.jsonl"
+    events.touch()
     agent = VoiceAgentProcess(
-        ["--stand-in", "beep", "--log-events", str(log)], stderr_path=tmp / "agent.log"
+        ["--stand-in", "beep", "--log-events", str(events)], stderr_path=tmp / "agent.log"
     )
     stack.callback(agent.stop)
     agent.start()
     rate = ["--audio-rate", str(cfg.sample_rate)]
-    backends = [
-        ["--backend", "realtime", "--backend-url", f"{agent.url}?model=bench", *rate],
-        ["--audio-format", "pcm16", *rate],
-    ]
-    envs = [{"RTCEDGE_BACKEND_KEY": agent.key}, {}]  # the agent's bearer: not on a command line
-    logs = [collections.deque(maxlen=200) for _ in backends]
-    max_sessions = max(cfg.sessions) + 10
-    (rt, echo), relay = start_relay_and(backends, max_sessions, stack, cpus, logs, notes, envs)
+    backends = {
+        REALTIME: ["--backend", "realtime", "--backend-url", f"{agent.url}?model=bench", *rate],
+        ECHO: ["--audio-format", "pcm16", *rate],
+    }
+    envs = {REALTIME: {"RTCEDGE_BACKEND_KEY": agent.key}, ECHO: {}}  # never a command line
+    # A relay each: a relay sends a packet from an address it has a confirmed flow for to that
+    # flow's transceiver, unread, so a caller's port reused from the last step's calls to the
+    # other transceiver would reach that one until the flow idled out.
+    running = {}
+    for name, args in backends.items():
+        log = collections.deque(maxlen=200)
+        (trx,), relay = start_relay_and(
+            [args], max(cfg.sessions) + 10, stack, cpus, [log], notes, [envs[name]]
+        )
+        running[name] = (trx, relay)
     workers = start_workers(cfg.workers, cfg.max_seconds + 60, tmp, stack)
     for w in workers:
         pin_process(w.pid, cpus["clients"])
     procs = {
         name: Processes(trx, relay, relay.worker_pids(), workers, cpus)
-        for name, trx in ((REALTIME, rt), (ECHO, echo))
+        for name, (trx, relay) in running.items()
     }
-    return Bench(procs, agent, log), cpus
+    return Bench(procs, agent, events), cpus
 
 
 def run(cfg: RealtimeConfig, echo: Echo = click.echo) -> dict[str, Any]:
@@ -429,7 +438,7 @@ def run(cfg: RealtimeConfig, echo: Echo = click.echo) -> dict[str, Any]:
     result["method"] = METHOD
     result["idle_cpu_pct"] = {name: figures[0] for name, figures in idle.items()}
     result["steps"] = [asdict(s) for s in steps]
-    result["notes"] = notes
+    result["notes"] = list(dict.fromkeys(notes))
     result["summary"] = summarize(result["steps"], cfg)
     return result
 

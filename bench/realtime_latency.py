@@ -336,11 +336,17 @@ def downlink_split(calls: list[dict[str, Any]]) -> dict[str, Any]:
     left on the transceiver's 20 ms tick (told by the caller's arrivals) against those that
     left at once; with the capture, the transceiver's part of each beep by its own sends: at
     once (into the slot held open), on the tick (no slot was open: it left on the next tick),
-    or after a packet of its call left first (while the delta waited, a tick sent the call's
-    slot, silence, or audio still queued ahead of it: the beep took a later slot, up to a
-    frame later)."""
+    after a tick (one packet of its call left first: a tick sent the call's slot, silence,
+    while the delta waited, and the beep took the next slot, up to a frame later), or behind
+    earlier audio (two packets or more: the model server's previous answer, come late, was
+    still being played)."""
     ends: dict[str, list[float]] = {"on_tick": [], "at_once": []}
-    own: dict[str, list[float]] = {"at_once": [], "on_tick": [], "after_a_packet": []}
+    own: dict[str, list[float]] = {
+        "at_once": [],
+        "on_tick": [],
+        "after_a_tick": [],
+        "behind_earlier_audio": [],
+    }
     for c in calls:
         for delay, tick in zip(
             c.get("downlink_ms", []), c.get("downlink_on_tick", []), strict=True
@@ -349,7 +355,15 @@ def downlink_split(calls: list[dict[str, Any]]) -> dict[str, Any]:
         own_delays = (c.get("downlink_stages_ms") or {}).get("transceiver", [])
         flags = zip(c.get("downlink_wire_on_tick", []), c.get("frames_ahead", []), strict=True)
         for delay, (tick, ahead) in zip(own_delays, flags, strict=True):
-            kind = "after_a_packet" if ahead else "on_tick" if tick else "at_once"
+            kind = (
+                "behind_earlier_audio"
+                if ahead >= 2
+                else "after_a_tick"
+                if ahead
+                else "on_tick"
+                if tick
+                else "at_once"
+            )
             own[kind].append(delay)
     return {
         "end_to_end": {k: spread(v) for k, v in ends.items()},

@@ -36,19 +36,21 @@ def realtime_figure(result: dict[str, Any]) -> Figure:
 
 
 def latency(ax: Axes, realtime: Steps) -> None:
-    ns = [s["sessions"] for s in realtime]
+    """Every realtime step (rounds and attempts) as points: its p95 per direction, the
+    transceiver's part and end to end."""
+    ns = [s["sessions"] + 0.6 * (s.get("round", 1) - 1) for s in realtime]
     for direction, color in DIRECTIONS.items():
         own = [
             num((s.get(f"{direction}_stages_ms") or {}).get("transceiver", {}).get("p95"))
             for s in realtime
         ]
-        ax.plot(ns, own, "o-", color=color, label=f"{direction}: transceiver's part")
+        ax.plot(ns, own, "o", color=color, label=f"{direction}: transceiver's part")
         raw = [num(s[f"{direction}_ms"].get("p95")) for s in realtime]
-        ax.plot(ns, raw, "s:", color=color, alpha=0.6, label=f"{direction}: end to end")
+        ax.plot(ns, raw, "s", color=color, alpha=0.4, label=f"{direction}: end to end")
     ax.axhline(MAX_P95_MS, color="tab:red", linestyle="--", label="limit")
     ax.set_yscale("symlog", linthresh=10)
     ax.set_ylim(bottom=0)
-    ax.set_title("latency per direction, p95, ms", fontsize=9)
+    ax.set_title("latency per direction, p95, ms (each step)", fontsize=9)
 
 
 def cpu_per_call(ax: Axes, steps: Steps) -> None:

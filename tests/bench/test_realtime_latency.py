@@ -112,7 +112,7 @@ def test_with_the_capture_each_direction_is_split_hop_by_hop() -> None:
     assert down == {"agent": [0.2], "transceiver": [8.8], "relay": [0.5], "caller": [0.5]}
     assert call["frames_ahead"] == [0] and call["downlink_wire_on_tick"] == [False]
     split = downlink_split([call])["transceiver"]
-    assert split["at_once"]["n"] == 1 and split["after_a_packet"]["n"] == 0
+    assert split["at_once"]["n"] == 1 and split["after_a_tick"]["n"] == 0
 
 
 def test_a_beep_after_packets_of_its_call_and_the_ticks_spans() -> None:

@@ -597,7 +597,7 @@ class EchoCounter:
         arrived = time.time()
         arrival_time_ms = int(self._clock() * 1000)
         seq = packet.sequence_number
-        self.ssrc = packet.ssrc
+        self.ssrc = getattr(packet, "ssrc", None)  # RTP packets have it; tests' stand-ins may not
         if self._base_seq is None:
             self._base_seq = self._max_seq = seq
         else:

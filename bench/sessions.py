@@ -70,6 +70,7 @@ from bench.sessions_step import (
     measure,
 )
 from testbed.caller_workers import (
+    TONE,
     WorkerProcess,
     callers_option,
     connect,
@@ -179,9 +180,11 @@ def connect_calls(
     url: str,
     timeout_s: float,
     light: bool,
+    audio: str = TONE,
 ) -> dict[int, dict[str, Any]]:
-    """Every call connected at once (``light``: light callers); each call's summary by id."""
-    connected = connect(shares, url, timeout_s, light=light)
+    """Every call connected at once (``light``: light callers; ``audio``: what they send,
+    ``testbed.caller_workers.EchoCall``); each call's summary by id."""
+    connected = connect(shares, url, timeout_s, light=light, audio=audio)
     calls = {c["id"]: c for reply in connected for c in reply["calls"]}
     step.connected = sum(c["connected"] for c in calls.values())
     step.failed = step.sessions - step.connected
@@ -314,32 +317,53 @@ def start_services(
     trx_log: collections.deque[str],
     notes: list[str],
 ) -> tuple[TransceiverProcess, RelayProcess]:
-    """The transceiver, started while this process runs on its CPU only (the child inherits the
-    pin, and so do the threads it starts later); then the relay, after this process moved to
-    the callers' CPUs (the relay pins its worker to the first of them). Adds cpus["relay"]."""
+    """The relay and one echo transceiver of ``audio_format`` (``start_relay_and``)."""
+    backend = ["--audio-format", audio_format]
+    max_sessions = max(cfg.sessions) + 10
+    (trx,), relay = start_relay_and([backend], max_sessions, stack, cpus, [trx_log], notes)
+    return trx, relay
+
+
+def start_relay_and(
+    backends: list[list[str]],
+    max_sessions: int,
+    stack: contextlib.ExitStack,
+    cpus: dict[str, set[int]],
+    logs: list[collections.deque[str]],
+    notes: list[str],
+    envs: list[dict[str, str]] | None = None,
+) -> tuple[list[TransceiverProcess], RelayProcess]:
+    """A transceiver per entry of ``backends`` (its backend's arguments, and its entry of
+    ``envs``: variables such as a key, never on a command line; ids 0, 1...: the relay routes
+    each call to the one its answer names), started while this process runs on the
+    transceiver's CPU only (the child inherits the pin, and so do the threads it starts later);
+    then the relay, after this process moved to the callers' CPUs (the relay pins its worker to
+    the first of them). Each transceiver's stderr flows into its entry of ``logs``. Adds
+    cpus["relay"]."""
     relay = RelayProcess({}, workers=1, pin=True)
-    trx = TransceiverProcess(
-        relay,
-        extra_args=[
-            "--drain-grace",
-            "5",
-            "--max-sessions",
-            str(max(cfg.sessions) + 10),
-            "--audio-format",
-            audio_format,
-        ],
-    )
-    # The steps measure the transceiver, not its admission policy (the overload step does).
-    trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
-    trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
-    relay.transceivers = {0: trx.media_address}
+    transceivers = []
+    for tid, backend in enumerate(backends):
+        trx = TransceiverProcess(
+            relay,
+            tid=tid,
+            extra_args=["--drain-grace", "5", "--max-sessions", str(max_sessions), *backend],
+            extra_env=(envs or [{}] * len(backends))[tid],
+        )
+        # The steps measure the transceiver, not its admission policy (the overload step does).
+        trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
+        trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
+        relay.transceivers[tid] = trx.media_address
+        transceivers.append(trx)
     os.sched_setaffinity(0, cpus["transceiver"])
-    stack.callback(trx.stop, 15.0)
-    trx.start()
-    assert trx.proc is not None
-    drain_stderr(trx.proc, trx_log)
+    for trx, log in zip(transceivers, logs, strict=True):
+        stack.callback(trx.stop, 15.0)
+        trx.start()
+        assert trx.proc is not None
+        drain_stderr(trx.proc, log)
     os.sched_setaffinity(0, cpus["clients"])
-    pin_process(trx.proc.pid, cpus["transceiver"])
+    for trx in transceivers:
+        assert trx.proc is not None
+        pin_process(trx.proc.pid, cpus["transceiver"])
     stack.callback(relay.stop)
     relay.start()
     assert relay.proc is not None
@@ -352,7 +376,7 @@ def start_services(
             f"the relay worker runs on the callers' CPU {sorted(cpus['relay'])}, not the "
             "transceiver's: its cost is reported apart (relay CPU %)"
         )
-    return trx, relay
+    return transceivers, relay
 
 
 def measure_idle(procs: Processes, idle_s: float) -> tuple[float, float]:

@@ -262,6 +262,7 @@ BENCHMARKS = {
     "geo": ("bench.geo", "geo_bench"),
     "offer-abuse": ("bench.offer_abuse", "offer_abuse_bench"),
     "plot": ("bench.plots.cli", "plot_command"),
+    "realtime": ("bench.realtime", "realtime_bench"),
     "recovery": ("bench.recovery", "recovery_bench"),
     "relay": ("bench.relay_pps", "relay_bench"),
     "sctp-attack": ("bench.sctp_attack", "sctp_attack_bench"),

@@ -59,6 +59,17 @@ def _clocked_sender(pc: Any, tone: Any, audio_clock: Any) -> None:
     install_sender(pc, tone, audio_clock, send_on_nominated_pair(sender))
 
 
+def _sent_stream(pc: Any) -> tuple[int | None, int | None]:
+    """A light caller's (SSRC, sequence number of its first packet): its clocked sender numbers
+    every packet the track hands it in turn (``transceiver.call.seam.DirectSender``); (None,
+    None) for a stock caller or before it sends."""
+    for sender in pc.getSenders():
+        direct = getattr(sender, "direct", None)
+        if direct is not None:
+            return sender._ssrc, (direct._seq - direct.packets_sent) & 0xFFFF
+    return None, None
+
+
 class _EchoInbound:
     """Stands in for ``transceiver.call.inbound.InboundAudio`` under a light caller's receiver:
     every RTP packet goes to the ``EchoCounter``, what the direct path drops is counted."""
@@ -101,8 +112,16 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     return inbound
 
 
+TONE, BEEPS = "tone", "beeps"  # what a call sends: DELAY_LEVELS' tone, or a beep a second
+
+
 class EchoCall:
-    """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE."""
+    """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE.
+
+    ``audio`` ``beeps`` (``testbed.callers.beep_packets``): the sending of each beep's first
+    packet is marked (``tone.marks``) and every sound heard after silence too (``echo.onsets``),
+    for the realtime benchmark; the first event on the data channel is kept
+    (``first_event_id``: a Realtime server's names its session)."""
 
     def __init__(
         self,
@@ -110,6 +129,7 @@ class EchoCall:
         hz: int,
         packets: list[bytes],
         certificate: Any = None,
+        audio: str = TONE,
     ) -> None:
         """``certificate``: a light caller's (``CallerWorker``), else stock aiortc."""
         # aiortc is imported in the worker processes only: the benchmark imports this module.
@@ -124,7 +144,7 @@ class EchoCall:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         if certificate is not None:
             use_certificate(self.pc, certificate)
-        self.tone = OpusToneTrack(packets)
+        self.tone = OpusToneTrack(packets, mark_at=0 if audio == BEEPS else None)
         self.pc.addTrack(self.tone)
         self.audio_clock: Any = None  # a light caller's own 20 ms clock
         if certificate is not None:
@@ -134,10 +154,15 @@ class EchoCall:
             _clocked_sender(self.pc, self.tone, self.audio_clock)
         self.direct_echo: _EchoInbound | None = None
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
-        self.pc.createDataChannel("events")
+        self.first_event_id: str | None = None
+        self.pc.createDataChannel("events").on("message", self._on_event)
         tone = self.tone
+        # Beeps: every packet decoded (their silence could match an encoder's silence byte for
+        # byte) and no delay pattern to follow.
         self.echo = EchoCounter(
-            hz, own_packets=packets, sent_clock=lambda: (tone._start, tone.frames_sent)
+            hz,
+            own_packets=packets if audio == TONE else (),
+            sent_clock=(lambda: (tone._start, tone.frames_sent)) if audio == TONE else None,
         )
         self.window_start = 0.0  # monotonic: the step's window began (its first mark)
         self.connected = asyncio.Event()
@@ -167,6 +192,27 @@ class EchoCall:
     def _on_ice_state(self) -> None:
         if self.pc.iceConnectionState in ("connected", "completed") and self.ice_at is None:
             self.ice_at = time.monotonic()
+
+    def _on_event(self, message: Any) -> None:
+        if self.first_event_id is None and isinstance(message, str):
+            with contextlib.suppress(ValueError, AttributeError):
+                self.first_event_id = str(json.loads(message).get("event_id"))
+
+    def timings(self, since: float) -> dict[str, Any]:
+        """Since wall time ``since``: when each beep left (wall time, its index, how late its
+        tick was) and when each sound after silence arrived (wall time, RTP sequence number,
+        when the next packet did); the SSRC this caller sends with and the sequence number of
+        its first packet (with a mark's index: the marked packet's), the SSRC it hears."""
+        ssrc, first_seq = _sent_stream(self.pc)
+        return {
+            "id": self.id,
+            "first_event_id": self.first_event_id,
+            "marks": [m for m in self.tone.marks if m[0] >= since],
+            "onsets": [o for o in self.echo.onsets if o[0] >= since],
+            "ssrc": ssrc,
+            "first_seq": first_seq,
+            "far_ssrc": self.echo.ssrc,
+        }
 
     def _on_track(self, track: Any) -> None:
         for transceiver in self.pc.getTransceivers():
@@ -284,7 +330,8 @@ class CallerWorker:
     """The worker side of the line protocol: one JSON command per line on stdin, one JSON reply
     per line on stdout. Commands: tones {hz: [...]} (encodes them ahead), connect {url, calls:
     [[id, hz]...], timeout_s, echo_s, light} (adds calls to those it holds; the reply sums up
-    the new ones), mark, stats, hangup {timeout_s} (every call), exit.
+    the new ones; ``audio``: ``tone`` or ``beeps``), mark, stats, timings {since} (every
+    call's ``EchoCall.timings``), hangup {timeout_s} (every call), exit.
 
     Light callers (``light``) are closer to a browser in what connecting costs them: their ICE
     connects at completion (``testbed.callers.prompt_ice``), they share one DTLS
@@ -297,7 +344,7 @@ class CallerWorker:
     def __init__(self) -> None:
         self.calls: list[EchoCall] = []
         self.url = ""
-        self._packets: dict[int, list[bytes]] = {}
+        self._packets: dict[tuple[int, str], list[bytes]] = {}
         self._certificate: Any = None  # the light callers' one certificate
         self.http: Any = None
 
@@ -315,29 +362,33 @@ class CallerWorker:
             "connect": self._connect,
             "mark": self._mark,
             "stats": self._stats,
+            "timings": self._timings,
             "hangup": self._hang_up,
         }.get(kind)
         if handler is not None:
             await handler(cmd)
         return True
 
-    def _tone_packets(self, hz: int) -> list[bytes]:
-        """The caller's tone at ``hz``, encoded once per worker."""
-        from testbed.callers import DELAY_LEVELS, opus_tone_packets
+    def _tone_packets(self, hz: int, audio: str = TONE) -> list[bytes]:
+        """The caller's tone (or beeps) at ``hz``, encoded once per worker."""
+        from testbed.callers import DELAY_LEVELS, beep_packets, opus_tone_packets
 
-        if hz not in self._packets:
-            self._packets[hz] = opus_tone_packets(hz, levels=DELAY_LEVELS)
-        return self._packets[hz]
+        if (hz, audio) not in self._packets:
+            self._packets[hz, audio] = (
+                beep_packets(hz) if audio == BEEPS else opus_tone_packets(hz, levels=DELAY_LEVELS)
+            )
+        return self._packets[hz, audio]
 
     async def _tones(self, cmd: dict[str, Any]) -> None:
         for hz in cmd["hz"]:
-            self._tone_packets(hz)
+            self._tone_packets(hz, cmd.get("audio", TONE))
         self.reply({"event": "tones"})
 
     async def _connect(self, cmd: dict[str, Any]) -> None:
         self.url = cmd["url"]
+        audio = cmd.get("audio", TONE)
         for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
-            self._tone_packets(hz)
+            self._tone_packets(hz, audio)
         certificate = None
         if cmd.get("light", False):
             if self._certificate is None:
@@ -345,7 +396,9 @@ class CallerWorker:
 
                 self._certificate = SharedCertificate.generateCertificate()
             certificate = self._certificate
-        new = [EchoCall(i, hz, self._packets[hz], certificate) for i, hz in cmd["calls"]]
+        new = [
+            EchoCall(i, hz, self._packets[hz, audio], certificate, audio) for i, hz in cmd["calls"]
+        ]
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
         await asyncio.gather(
@@ -363,6 +416,10 @@ class CallerWorker:
         stats = await asyncio.gather(*(c.link_stats() for c in self.calls))
         by_id = {c.id: s for c, s in zip(self.calls, stats, strict=True)}
         self.reply({"event": "stats", "t": time.monotonic(), "calls": by_id})
+
+    async def _timings(self, cmd: dict[str, Any]) -> None:
+        calls = [c.timings(cmd.get("since", 0.0)) for c in self.calls]
+        self.reply({"event": "timings", "calls": calls})
 
     async def _hang_up(self, cmd: dict[str, Any]) -> None:
         await asyncio.gather(
@@ -496,13 +553,15 @@ def connect(
     echo_s: float = 0.0,
     light: bool = False,
     retries: int = 0,
+    audio: str = TONE,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
-    (``CallerWorker``); ``retries``: a 503 is retried after its Retry-After, this many times."""
+    (``CallerWorker``); ``retries``: a 503 is retried after its Retry-After, this many times;
+    ``audio``: what they send, ``tone`` or ``beeps`` (``EchoCall``)."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
-        w.send({**message, "echo_s": echo_s, "light": light, "retries": retries})
+        w.send({**message, "echo_s": echo_s, "light": light, "retries": retries, "audio": audio})
     return collect(list(shares), "connected", timeout_s + echo_s + 30)
 
 
@@ -525,6 +584,13 @@ def link_stats(workers: list[WorkerProcess]) -> list[dict[str, Any]]:
     for w in workers:
         w.send({"cmd": "stats"})
     return collect(workers, "stats", 10)
+
+
+def timings(workers: list[WorkerProcess], since: float) -> list[dict[str, Any]]:
+    """Every call's beep marks and sound onsets since wall time ``since`` (``EchoCall.timings``)."""
+    for w in workers:
+        w.send({"cmd": "timings", "since": since})
+    return collect(workers, "timings", 20)
 
 
 def hang_up(workers: list[WorkerProcess]) -> list[dict[str, Any]]:

@@ -165,20 +165,38 @@ def opus_tone_packets(
     return packets[-50:]
 
 
+# The realtime benchmark's callers: a beep a second, BEEP_FRAMES of tone at the start of the
+# loop then silence, so that the packet at loop index 0 is the first to carry sound after
+# silence: a marker that can be told apart after any decoding (``OpusToneTrack.marks``).
+BEEP_FRAMES = 5
+BEEP_LEVELS = (1.0,) * BEEP_FRAMES + (0.0,) * (50 - BEEP_FRAMES)
+
+
+def beep_packets(hz: int) -> list[bytes]:
+    """One second of ``BEEP_LEVELS``: 100 ms of a tone at ``hz`` then 900 ms of silence, as 50
+    Opus packets (``opus_tone_packets``)."""
+    return opus_tone_packets(hz, levels=BEEP_LEVELS)
+
+
 class OpusToneTrack(MediaStreamTrack):
     """A paced tone as pre-encoded Opus packets (``opus_tone_packets``), 20 ms each.
 
     aiortc's sender only packetizes ``av.Packet``s: no per-sample math, no audio-level loop and
     no encode in a thread per frame, so a benchmark's callers cost little next to the server.
+    ``mark_at``: each time the packet of that loop index is taken, ``marks`` gets (wall time,
+    packets taken before it, how late its tick was in s): with a clocked sender, the moment it
+    is sent.
     """
 
     kind = "audio"
 
-    def __init__(self, packets: list[bytes]) -> None:
+    def __init__(self, packets: list[bytes], mark_at: int | None = None) -> None:
         super().__init__()
         self._packets = packets
         self._count = 0
         self._start: float | None = None
+        self._mark_at = mark_at
+        self.marks: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=600)
         self.on_due: Callable[[], None] | None = None  # set by a clocked sender; a tone never late
 
     @property
@@ -194,7 +212,10 @@ class OpusToneTrack(MediaStreamTrack):
             self._start = now
         due: list[tuple[bytes, int]] = []
         while len(due) < limit and self._next_at() <= now:
-            due.append((self._packets[self._count % len(self._packets)], self._count * SAMPLES))
+            index = self._count % len(self._packets)
+            if index == self._mark_at:
+                self.marks.append((time.time(), self._count, now - self._next_at()))
+            due.append((self._packets[index], self._count * SAMPLES))
             self._count += 1
         return due
 
@@ -510,7 +531,9 @@ class EchoCounter:
     after the first echo: one that follows an audible frame of the previous sequence number.
     The frame after a gap (the far end ran short and sent silence, or a packet was lost) is an
     onset, whose spectrum the encoder spreads: its share at the tone's frequency can fall under
-    ``OWN_TONE_SHARE`` although it is the caller's own audio.
+    ``OWN_TONE_SHARE`` although it is the caller's own audio. Each onset of a decoded stream is
+    kept in ``onsets``: [wall time its packet was handed over, its sequence number, wall time
+    the next packet was] (the last None until it comes).
     """
 
     def __init__(
@@ -546,6 +569,8 @@ class EchoCounter:
         self.tone_checks_own = 0
         self.tone_checks_unclear = 0  # frames that were neither our tone nor another's
         self.foreign_tones: list[tuple[int, float]] = []  # (Hz, share) of the first ones
+        self.onsets: collections.deque[list[Any]] = collections.deque(maxlen=600)
+        self.ssrc: int | None = None  # of the stream heard (the far end's)
         self.first_echo_at: float | None = None  # time.monotonic()
         self._jitter_units = 0.0  # RFC 3550 interarrival jitter, RTP timestamp units
         self._last_transit: int | None = None
@@ -582,8 +607,10 @@ class EchoCounter:
 
     def count(self, packet: Any) -> None:
         """One RTP packet of the echo (``sequence_number``, ``timestamp``, ``payload``), now."""
+        arrived = time.time()
         arrival_time_ms = int(self._clock() * 1000)
         seq = packet.sequence_number
+        self.ssrc = getattr(packet, "ssrc", None)  # RTP packets have it; tests' stand-ins may not
         if self._base_seq is None:
             self._base_seq = self._max_seq = seq
         else:
@@ -591,6 +618,8 @@ class EchoCounter:
             if 0 < delta < 0x8000:  # newer; older or duplicate packets do not move it
                 self._max_seq += delta
         self.packets_received += 1
+        if self.onsets and self.onsets[-1][2] is None:
+            self._after_onset(seq, arrived)
         transit = arrival_time_ms * (RATE // 1000) - packet.timestamp
         if self._last_transit is not None:
             d = abs(transit - self._last_transit)
@@ -607,8 +636,18 @@ class EchoCounter:
                 self.tone_checks += 1
                 self.tone_checks_own += 1
             return
+        self._decode(packet.payload, seq, arrived)
+
+    def _after_onset(self, seq: int, arrived: float) -> None:
+        """The packet after an onset: when it came (``onsets``' last field)."""
+        if self.onsets[-1][1] == (seq - 1) & 0xFFFF:
+            self.onsets[-1][2] = arrived
+
+    def _decode(self, payload: bytes, seq: int, arrived: float) -> None:
+        """A packet that is not the caller's own, decoded: audible frames counted, an onset
+        kept, the tone checked on a sample of them."""
         try:
-            frames = self._decoder.decode(av.Packet(packet.payload))
+            frames = self._decoder.decode(av.Packet(payload))
         except av.FFmpegError:
             self.decode_errors += 1
             return
@@ -617,6 +656,8 @@ class EchoCounter:
             samples = memoryview(bytes(frame.planes[0])[: frame.samples * 2]).cast("h")
             if max(samples) < AUDIBLE_PEAK:
                 continue
+            if self._last_audible_seq != (seq - 1) & 0xFFFF and self._last_audible_seq != seq:
+                self.onsets.append([arrived, seq, None])  # sound after silence: its first frame
             self._last_audible_seq = seq
             # The level of the frame this one echoes, from its last 4 ms: a re-encoded echo is
             # shifted by the codecs' look-ahead, so the frame starts with the previous frame.

@@ -10,6 +10,7 @@ works only from a source checkout, as testbed/ does.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import secrets
 import shutil
@@ -52,6 +53,7 @@ class VoiceAgentProcess:
     die_with_parent: bool = False
     key: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     url: str = ""
+    stderr_path: Path | None = None  # its log goes there (a benchmark's many calls), else ours
 
     def __post_init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
@@ -65,12 +67,16 @@ class VoiceAgentProcess:
     ) -> VoiceAgentProcess:
         """Start it and wait for its ready line; RuntimeError if it exits, stays silent for
         ``timeout_s`` or ``stop`` is set first (Ctrl-C while it loads)."""
-        with tempfile.NamedTemporaryFile("w", prefix="rtcedge-agent-key-") as key_file:
+        with contextlib.ExitStack() as files:
+            key_file = files.enter_context(
+                tempfile.NamedTemporaryFile("w", prefix="rtcedge-agent-key-")
+            )
             key_file.write(self.key)  # mode 0600: tempfile's
             key_file.flush()
+            log = files.enter_context(self.stderr_path.open("ab")) if self.stderr_path else None
             self.proc = subprocess.Popen(
                 self.command(key_file.name),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
                 preexec_fn=parent_death_preexec() if self.die_with_parent else None,
             )  # fmt: skip
             line = self._first_line(timeout_s, stop or threading.Event())

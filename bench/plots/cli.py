@@ -11,6 +11,7 @@ import click
 from bench.harness.plots import Draw, PlotsUnavailable, write_plot
 from bench.plots.connect import connect_figure
 from bench.plots.geo import geo_figure
+from bench.plots.realtime import realtime_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
 from bench.plots.relay_tcp import relay_tcp_figure
@@ -23,6 +24,7 @@ FIGURES: dict[str, Draw] = {
     "recovery": recovery_figure,
     "geo": geo_figure,
     "connect": connect_figure,
+    "realtime": realtime_figure,
 }
 
 

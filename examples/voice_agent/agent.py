@@ -1,7 +1,8 @@
 """A Realtime-compatible voice agent that runs offline: the server side of OpenAI's Realtime API
 over WebSocket, answering each spoken turn with "you said ..." in speech.
 
-    python3 examples/voice_agent/agent.py --listen 127.0.0.1:8765 [--key-file F] [--stand-in tone]
+    python3 examples/voice_agent/agent.py --listen 127.0.0.1:8765 [--key-file F] \
+        [--stand-in tone|beep] [--log-events FILE]
 
 Clients connect to ``ws://HOST:PORT/v1/realtime?model=...`` (with ``Authorization: Bearer KEY``
 when ``--key-file`` is given). This file is the I/O around ``conversation.Conversation``: the
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import contextlib
 import dataclasses
 import hmac
@@ -27,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pcm
 import realtime_events as rt
 from aiohttp import WSCloseCode, WSMsgType, web
-from conversation import AgentConfig, Conversation, Recognize, Synthesize
+from conversation import STAND_INS, AgentConfig, Conversation, Recognize, Synthesize
 from speech import Recognizer, Synthesizer
 from turns import VoiceActivity
 
@@ -37,16 +41,19 @@ log = logging.getLogger("voice_agent")
 
 PATH = "/v1/realtime"
 MAX_MESSAGE_BYTES = 24 * 1024 * 1024  # a 15 MiB append is 20 MiB of base64: refused in-band
-AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size
+AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size and its peak
 
 
 def summary(event: dict[str, Any]) -> dict[str, Any]:
-    """What ``--log-events`` keeps of an event: its scalar fields, audio as a byte count, and
-    the parts of nested objects the tests read (a response's status and metadata...)."""
+    """What ``--log-events`` keeps of an event: its scalar fields, audio as a byte count and its
+    largest sample (``_peak``: where a sound starts after silence, for the benchmarks), and the
+    parts of nested objects the tests read (a response's status and metadata...)."""
     out: dict[str, Any] = {}
     for key, value in event.items():
         if key in AUDIO_FIELDS and isinstance(value, str):
             out[f"{key}_bytes"] = len(value) * 3 // 4 - value[-2:].count("=")
+            with contextlib.suppress(binascii.Error, ValueError):
+                out[f"{key}_peak"] = pcm.peak(base64.b64decode(value, validate=True))
         elif value is None or isinstance(value, str | int | float | bool):
             out[key] = value
         elif key == "response" and isinstance(value, dict):
@@ -59,26 +66,29 @@ def summary(event: dict[str, Any]) -> dict[str, Any]:
 
 
 class EventLog:
-    """``--log-events``: one JSON line per event received or sent, with its wall-clock time."""
+    """``--log-events``: one JSON line per event received or sent, with its wall-clock time
+    (``t``): when the WebSocket handed the message over, or just before it was sent."""
 
     def __init__(self, path: Path) -> None:
         self._file = path.open("a", buffering=1)
 
-    def received(self, call: str, text: str) -> None:
+    def received(self, call: str, text: str, t: float) -> None:
+        """``t``: ``time.time()`` when the message was read, before it was parsed."""
         try:
             event = json.loads(text)
         except ValueError:
             event = {"type": None, "invalid_json": True}
-        self._write(call, "in", summary(event) if isinstance(event, dict) else {"type": None})
+        self._write(call, "in", summary(event) if isinstance(event, dict) else {"type": None}, t)
 
     def sent(self, call: str, event: dict[str, Any], core: Conversation) -> None:
+        t = time.time()
         line = summary(event)
         if event["type"] == "conversation.item.truncated":  # the transcript as cut
             line["transcript"] = core.transcript_of(event["item_id"])
-        self._write(call, "out", line)
+        self._write(call, "out", line, t)
 
-    def _write(self, call: str, direction: str, fields: dict[str, Any]) -> None:
-        line = {"t": time.time(), "call": call, "dir": direction, **fields}
+    def _write(self, call: str, direction: str, fields: dict[str, Any], t: float) -> None:
+        line = {"t": t, "call": call, "dir": direction, **fields}
         self._file.write(json.dumps(line) + "\n")
 
     def close(self) -> None:
@@ -132,10 +142,10 @@ class Call:
         clock = asyncio.create_task(self._clock())
         try:
             async for message in self.ws:
-                now = time.monotonic()
+                now, wall = time.monotonic(), time.time()
                 if message.type is WSMsgType.TEXT:
                     if self.agent.events:
-                        self.agent.events.received(self.tag, message.data)
+                        self.agent.events.received(self.tag, message.data, wall)
                     self.core.receive(message.data, now)
                 elif message.type is WSMsgType.BINARY:
                     self.core.receive_binary(now)
@@ -260,8 +270,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--stand-in",
-        choices=("tone",),
-        help="tone: answer every turn at once with 1 s of 440 Hz (no ASR/TTS)",
+        choices=STAND_INS,
+        help="no ASR/TTS: tone answers every turn at once with 1 s of 440 Hz; beep answers "
+        "every second from the caller's first audio on, turns or not, with 100 ms of 440 Hz "
+        "then 800 ms of silence (transport benchmarks)",
     )
     parser.add_argument(
         "--log-events",
@@ -290,13 +302,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    tone = args.stand_in == "tone"
+    stand_in = args.stand_in is not None
     agent = Agent(
         config=AgentConfig(stand_in=args.stand_in, chunk_ms=args.chunk_ms, speed=args.speed),
         key=read_key(args.key_file) if args.key_file else None,
         events=EventLog(args.log_events) if args.log_events else None,
-        recognizer=None if tone else Recognizer(),  # loaded before "ready"
-        synthesizer=None if tone else Synthesizer(),
+        recognizer=None if stand_in else Recognizer(),  # loaded before "ready"
+        synthesizer=None if stand_in else Synthesizer(),
     )
     app = web.Application()
     app[AGENT] = agent

@@ -55,7 +55,14 @@ from turns import FRAME_BYTES, FRAME_MS, INPUT_HZ, SpeechStarted, SpeechStopped,
 
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # the API's limit for one input_audio_buffer.append
 MIN_COMMIT_MS = 100  # the API refuses to commit less audio than this
-TONE_HZ, TONE_S = 440.0, 1.0  # the stand-in's answer
+TONE_HZ, TONE_S = 440.0, 1.0  # the tone stand-in's answer
+# The beep stand-in: from the caller's first audio on, a response every BEEP_PERIOD_S whatever
+# the caller says, BEEP_MS of TONE_HZ then silence, BEEP_ANSWER_MS in all. Shorter than the
+# period, so the caller's playout is idle for a moment before each beep (any audio still queued
+# has left by then: the beep meets an empty queue); long enough that the transceiver encodes
+# nearly as many frames as an echo of continuous audio would.
+BEEP_PERIOD_S, BEEP_MS, BEEP_ANSWER_MS = 1.0, 100, 900
+STAND_INS = ("tone", "beep")
 KEPT_ITEMS = 32  # assistant items remembered for conversation.item.truncate
 BYTES_PER_MS = INPUT_HZ // 1000 * pcm.SAMPLE_BYTES  # 48
 PCM_24K = {"type": "audio/pcm", "rate": INPUT_HZ}
@@ -73,7 +80,9 @@ class SpeechDetector(Protocol):
 class AgentConfig:
     """How the agent answers; one per process, from its command line."""
 
-    stand_in: str | None = None  # "tone": every turn answered at once with TONE_S of TONE_HZ
+    # "tone": every turn answered at once with TONE_S of TONE_HZ; "beep": a response every
+    # BEEP_PERIOD_S from the caller's first audio on, turns or no turns (none are detected)
+    stand_in: str | None = None
     chunk_ms: int = 100  # audio per response.output_audio.delta
     speed: float = 4.0  # audio sent per second of wall time, as a real server runs ahead
     model: str = "rtcedge-voice-agent"
@@ -245,6 +254,8 @@ class Conversation:
         self._awaiting_transcript: dict[str, tuple[float, dict[str, str], float]] = {}
         self._last_transcript = ""
         self._answer: _Answer | None = None
+        self._beeps_from: float | None = None  # the caller's first audio (the beep stand-in)
+        self._beeps = 0  # beep responses started
         self._spoken: OrderedDict[str, _SpokenItem] = OrderedDict()
         self._handlers: dict[str, Callable[[Any, float], None]] = {
             "session.update": self._session_update,
@@ -269,12 +280,15 @@ class Conversation:
         return out
 
     def get_timer(self) -> float | None:
-        """When the next audio delta is due (the clock ``now`` is on), None if none is."""
+        """When the next audio delta (or the next beep) is due (the clock ``now`` is on), None
+        if none is."""
+        beep = self._next_beep_at()
         answer = self._answer
         if answer is None or answer.audio is None:
-            return None
+            return beep
         sent_s = answer.sent_bytes / BYTES_PER_MS / 1000
-        return answer.started_at + sent_s / self.config.speed
+        due = answer.started_at + sent_s / self.config.speed
+        return due if beep is None else min(due, beep)
 
     def transcript_of(self, item_id: str) -> str | None:
         """An assistant item's transcript as the client heard it (after any truncation)."""
@@ -345,12 +359,14 @@ class Conversation:
         self._start_audio(answer, audio, now)
 
     def handle_timer(self, now: float) -> None:
-        """Send the audio deltas due by ``now``; the response is done after the last one."""
+        """Start the beep due by ``now`` (the beep stand-in), send the audio deltas due by
+        ``now``; a response is done after its last one."""
+        self._beep_if_due(now)
         answer = self._answer
         chunk_bytes = self.config.chunk_ms * BYTES_PER_MS
         while answer is not None and answer.audio is not None:
-            due = self.get_timer()
-            if due is None or now < due:
+            sent_s = answer.sent_bytes / BYTES_PER_MS / 1000
+            if now < answer.started_at + sent_s / self.config.speed:
                 return
             chunk = answer.audio[answer.sent_bytes : answer.sent_bytes + chunk_bytes]
             answer.sent_bytes += len(chunk)
@@ -407,6 +423,11 @@ class Conversation:
             raise rt.ClientEventError(
                 "audio is not valid base64.", "invalid_value", param="audio"
             ) from None
+        if self.config.stand_in == "beep":  # no turns: the audio is taken and dropped
+            if self._beeps_from is None:
+                self._beeps_from = now
+                self._beep_if_due(now)
+            return
         self._pending += audio
         whole = len(self._pending) - len(self._pending) % FRAME_BYTES
         frames = bytes(self._pending[:whole])
@@ -559,14 +580,32 @@ class Conversation:
         )
         self._emit(ConversationItemAdded, item=item, previous_item_id=previous)
         self._emit(ConversationItemDone, item=item, previous_item_id=previous)
-        if self.config.stand_in == "tone":
-            if self.turns.create_response:
+        if self.config.stand_in is not None:  # the beep answers on its own period
+            if self.config.stand_in == "tone" and self.turns.create_response:
                 timings.update(asr_ms="0", tts_ms="0", stand_in="tone")
                 self._respond("", timings, now, now)
             return
         seconds = pcm.duration_ms(audio, INPUT_HZ) / 1000
         self._awaiting_transcript[item_id] = (seconds, timings, now)
         self._jobs.append(Recognize(item_id, audio))
+
+    # -- the beep stand-in --
+
+    def _next_beep_at(self) -> float | None:
+        if self._beeps_from is None:
+            return None
+        return self._beeps_from + self._beeps * BEEP_PERIOD_S
+
+    def _beep_if_due(self, now: float) -> None:
+        """The beep due by ``now``, started at its own time, so that its deltas stay on the
+        period's grid however late the timer came; a beep more than a period late is skipped,
+        not caught up."""
+        start, due = self._beeps_from, self._next_beep_at()
+        if start is None or due is None or now < due:
+            return
+        self._beeps = int((now - start) // BEEP_PERIOD_S) + 1
+        at = start + (self._beeps - 1) * BEEP_PERIOD_S
+        self._respond("", {"stand_in": "beep", "asr_ms": "0", "tts_ms": "0"}, at, at)
 
     # -- responses --
 
@@ -592,6 +631,9 @@ class Conversation:
         )
         if self.config.stand_in == "tone":
             self._start_audio(answer, pcm.tone(TONE_HZ, TONE_S, INPUT_HZ), now)
+        elif self.config.stand_in == "beep":
+            beep = pcm.tone(TONE_HZ, BEEP_MS / 1000, INPUT_HZ)
+            self._start_audio(answer, beep.ljust(BEEP_ANSWER_MS * BYTES_PER_MS, b"\0"), now)
         else:
             self._jobs.append(Synthesize(answer.id, text))
 

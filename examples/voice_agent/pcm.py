@@ -45,6 +45,11 @@ def tone(frequency_hz: float, seconds: float, rate_hz: int, amplitude: float = 0
     return (np.sin(2 * np.pi * frequency_hz * t) * amplitude * 32767).astype("<i2").tobytes()
 
 
+def peak(pcm: bytes) -> int:
+    """The largest absolute sample of ``pcm`` (0 for none): what the event log says of audio."""
+    return int(np.abs(samples(pcm).astype(np.int32)).max(initial=0))
+
+
 def duration_ms(pcm: bytes, rate_hz: int) -> float:
     """How long ``pcm`` plays."""
     return len(pcm) // SAMPLE_BYTES * 1000 / rate_hz

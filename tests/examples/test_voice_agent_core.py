@@ -88,6 +88,15 @@ class Driver:
         self.drain()
         return job.response_id
 
+    def all_audio(self, response_id: str) -> bytes:
+        """The audio of every delta of ``response_id`` sent so far."""
+        deltas = [
+            e
+            for e in self.events
+            if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+        ]
+        return b"".join(base64.b64decode(e["delta"]) for e in deltas)
+
 
 def types(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
@@ -301,3 +310,32 @@ def test_the_tone_stand_in_answers_at_the_commit() -> None:
     )
     assert pcm.duration_ms(audio, 24_000) == 1000
     assert rest[-1]["response"]["metadata"]["stand_in"] == "tone"
+
+
+def test_the_beep_stand_in_answers_every_second_from_the_first_audio_on_the_grid() -> None:
+    d = Driver(stand_in="beep")
+    assert d.core.get_timer() is None, "nothing before the caller is heard"
+    d.append(loud(1000) + quiet(600), now=10.0)
+    assert not d.core.jobs_to_run() and "input_audio_buffer.speech_started" not in types(d.events)
+    for now in (10.05, 10.3, 10.9, 11.0, 11.47, 12.0):  # timers on time and late
+        d.core.handle_timer(now)
+        d.drain()
+    responses = [e for e in d.events if e["type"] == "response.created"]
+    assert len(responses) == 3, "at 10.0, 11.0 and 12.0"
+    first = d.all_audio(responses[0]["response"]["id"])
+    assert pcm.duration_ms(first, 24_000) == conversation.BEEP_ANSWER_MS
+    beep_bytes = conversation.BEEP_MS * BYTES_PER_MS
+    assert pcm.peak(first[:beep_bytes]) > 5000 and pcm.peak(first[beep_bytes:]) == 0
+    assert d.core.get_timer() == 12.0 + 100 / 1000 / 4, "the next delta, on 12.0's grid"
+
+
+def test_a_beep_more_than_a_period_late_is_skipped_not_caught_up() -> None:
+    d = Driver(stand_in="beep")
+    d.append(quiet(20), now=0.0)
+    d.core.handle_timer(3.5)
+    d.drain()
+    created = [e for e in d.events if e["type"] == "response.created"]
+    assert len(created) == 2, "the beeps of 0.0 and 3.0; 1.0 and 2.0 skipped"
+    late = d.all_audio(created[1]["response"]["id"])
+    assert pcm.duration_ms(late, 24_000) == conversation.BEEP_ANSWER_MS, "due by 3.5: all sent"
+    assert d.core.get_timer() == 4.0

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.callers import DELAY_LEVELS, EchoCounter, opus_tone_packets
+from testbed.callers import (
+    DELAY_LEVELS,
+    EchoCounter,
+    OpusToneTrack,
+    beep_packets,
+    opus_tone_packets,
+)
 from transceiver.call.opus import Encoder
 
 
@@ -166,3 +172,23 @@ def test_a_frame_of_our_tone_broken_mid_way_is_never_taken_for_cross_talk():
     feed(counter, packets, first_seq=1)
     assert counter.tone_checks > 20
     assert counter.tone_checks_own == counter.tone_checks
+
+
+def test_each_beep_is_one_onset_at_its_first_packet_and_its_sending_is_marked():
+    beeps = beep_packets(440)
+    counter = EchoCounter(440)
+    feed(counter, beeps * 3, first_seq=65480)  # across the wrap
+    assert [seq for _, seq, _ in counter.onsets] == [
+        65480,
+        (65480 + 50) & 0xFFFF,
+        65480 + 100 - 65536,
+    ]
+    assert all(arrived <= next_at for arrived, _, next_at in counter.onsets)
+    track = OpusToneTrack(beeps, mark_at=0)
+    track.take_due(100.0)
+    track.take_due(100.0 + 2.0, limit=100)  # a late tick: the 100 packets due at once
+    assert [(count, round(late, 2)) for _, count, late in track.marks] == [
+        (0, 0.0),
+        (50, 1.0),
+        (100, 0.0),
+    ]

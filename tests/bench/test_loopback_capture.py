@@ -1,0 +1,97 @@
+"""The realtime benchmark's loopback capture with bytes: RTP keys read in clear at each hop,
+a WebSocket reassembled across segments (HTTP upgrade skipped, client frames unmasked,
+permessage-deflate inflated), the session and the sound onsets it carries; and, where this
+process may capture (root), the kernel filter passing only the outgoing copy of our ports."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import struct
+import time
+import zlib
+
+import pytest
+
+from bench.loopback_capture import C2R, R2T, Capture, CaptureThread, Ports
+
+PORTS = Ports(relay=40001, media=40002, agent=40003)
+LOUD = struct.pack("<480h", *([9000, -9000] * 240))
+QUIET = bytes(960)
+
+
+def ip_frame(proto: int, src: int, dst: int, payload: bytes, seq: int = 0) -> bytes:
+    if proto == 17:
+        l4 = struct.pack("!HHHH", src, dst, 8 + len(payload), 0)
+    else:
+        l4 = struct.pack("!HHIIBBHHH", src, dst, seq, 0, 5 << 4, 0x18, 65535, 0, 0)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4) + len(payload), 0, 0, 64, proto, 0,
+                     bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1]))  # fmt: skip
+    return bytes(12) + b"\x08\x00" + ip + l4 + payload
+
+
+def rtp(ssrc: int, seq: int) -> bytes:
+    return bytes([0x80, 111]) + struct.pack("!HII", seq, 0, ssrc) + b"srtp payload"
+
+
+def client_frame(text: str, compressor: zlib._Compress) -> bytes:
+    body = compressor.compress(text.encode()) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    body = body[:-4]  # RFC 7692: the tail 00 00 ff ff is left off
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(body))
+    return bytes([0xC1, 0x80 | 126]) + struct.pack("!H", len(body)) + mask + masked
+
+
+def append(pcm: bytes) -> str:
+    return json.dumps(
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+    )
+
+
+def test_rtp_is_keyed_per_hop_and_rtcp_and_others_are_left_out() -> None:
+    capture = Capture(PORTS)
+    capture.feed(1.0, ip_frame(17, 50000, PORTS.relay, rtp(7, 100)))
+    capture.feed(1.1, ip_frame(17, 41000, PORTS.media, b"\xff" + bytes(9) + rtp(7, 100)))
+    capture.feed(1.2, ip_frame(17, 50000, PORTS.relay, bytes([0x80, 200]) + bytes(30)))  # RTCP
+    capture.feed(1.3, ip_frame(17, 50000, 40999, rtp(7, 101)))  # not ours
+    assert capture.rtp == {(C2R, 7, 100): 1.0, (R2T, 7, 100): 1.1}
+
+
+def test_a_websocket_is_read_across_segments_unmasked_and_inflated() -> None:
+    capture = Capture(PORTS)
+    up = b"GET /v1/realtime HTTP/1.1\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    frames = [client_frame(append(pcm), compressor) for pcm in (QUIET, LOUD, LOUD, QUIET, LOUD)]
+    stream = up + b"".join(frames)
+    cut = len(up) + len(frames[0]) + 7  # the second frame split across two segments
+    capture.feed(2.0, ip_frame(6, 51000, PORTS.agent, stream[:cut], seq=1000))
+    capture.feed(2.1, ip_frame(6, 51000, PORTS.agent, stream[cut:], seq=1000 + cut))
+    capture.feed(2.2, ip_frame(6, 51000, PORTS.agent, stream[cut:], seq=1000 + cut))  # again
+    down = b"HTTP/1.1 101 Switching Protocols\r\n\r\n"
+    created = json.dumps({"type": "session.created", "event_id": "event_abcd1234_1"}).encode()
+    down += bytes([0x81, len(created)]) + created
+    capture.feed(1.9, ip_frame(6, PORTS.agent, 51000, down, seq=5))
+    (connection,) = capture.connections.values()
+    assert connection.session == "abcd1234"
+    assert connection.appends == [2.1, 2.1], "the loud after quiet, twice, in the second segment"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root (or CAP_NET_RAW)")
+def test_the_kernel_passes_only_our_ports_and_each_packet_once() -> None:
+    capture = Capture(PORTS)
+    seen: list[int] = []
+    capture.feed = lambda t, frame: seen.append(struct.unpack_from("!H", frame, 36)[0])
+    thread = CaptureThread(capture)
+    assert thread.start(), thread.error
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for port in (PORTS.relay, 40999, PORTS.media, PORTS.agent):
+                s.sendto(b"x" * 20, ("127.0.0.1", port))
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        thread.stop()
+    assert seen == [PORTS.relay, PORTS.media, PORTS.agent]

@@ -115,6 +115,7 @@ from bench.sessions_step import DISTURBED_PCT, Processes, Snapshot, Step, cpu_fi
 from testbed.caller_workers import BEEPS, hang_up, start_workers, timings
 from testbed.procfs import core_pct, process_cpu_ns
 from testbed.voice_agent import VoiceAgentProcess
+from transceiver.call.outbound import PHASES
 
 REALTIME, ECHO = "realtime", "echo"
 BACKENDS = (REALTIME, ECHO)  # each round at an N runs both, in this order
@@ -311,7 +312,9 @@ def stop_capture(step: LatencyStep, capture: CaptureThread | None) -> Wire | Non
         "cpu_s": capture.cpu_s,
     }
     if step.sessions >= MIN_CALLS_FOR_TICKS:  # a tick of one or two calls is no burst
-        step.tick_span_ms = spread(wire.tick_spans_ms(min_packets=step.sessions // 2))
+        # A tick serves the calls of one of the clock's phases (transceiver.call.outbound).
+        per_tick = max(2, step.sessions // (2 * PHASES))
+        step.tick_span_ms = spread(wire.tick_spans_ms(min_packets=per_tick))
     return wire
 
 
@@ -662,8 +665,8 @@ def print_step_notes(s: dict[str, Any], echo: Echo) -> None:
         )
     if s.get("tick_span_ms", {}).get("n"):
         echo(
-            f"{step}: its 20 ms ticks held the loop {_p(s['tick_span_ms'])} ms (p50/p95, first "
-            "to last packet of a tick)"
+            f"{step}: its ticks held the loop {_p(s['tick_span_ms'])} ms (p50/p95, first to "
+            f"last packet of a tick; {PHASES} ticks a 20 ms period, each for its phase's calls)"
         )
     if (s.get("echo_transceiver_ms") or {}).get("n"):
         echo(

@@ -204,12 +204,15 @@ class OpusToneTrack(MediaStreamTrack):
         """Packets handed to the sender so far (it falls behind when its event loop does)."""
         return self._count
 
-    def take_due(self, now: float, limit: int = 10) -> list[tuple[bytes, int]]:
+    def take_due(
+        self, now: float, grid_at: float | None = None, limit: int = 10
+    ) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``) as (payload, RTP timestamp offset),
         at most ``limit``: the transceiver's clocked sender (``transceiver.call.outbound``) sends
-        them, for a light caller, without aiortc's sender loop. The first call starts the tone."""
+        them, for a light caller, without aiortc's sender loop. The first call starts the tone
+        (at ``grid_at``, its clock's tick on the grid, when given)."""
         if self._start is None:
-            self._start = now
+            self._start = now if grid_at is None else min(grid_at, now)
         due: list[tuple[bytes, int]] = []
         while len(due) < limit and self._next_at() <= now:
             index = self._count % len(self._packets)

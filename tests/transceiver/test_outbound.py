@@ -24,7 +24,7 @@ from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16
 from transceiver.call.inbound import UNPROTECT_FAILED, InboundAudio, direct_rtp
-from transceiver.call.outbound import AudioClock, ntp_now
+from transceiver.call.outbound import AudioClock, PhasedSenders, ntp_now
 from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack, silent_packet
 from transceiver.call.seam import DirectSender, InlineAudioReceiver, InlineAudioSender, latch_srtp
 from transceiver.call.seam import install_receiver as install_inbound
@@ -113,7 +113,7 @@ def test_a_late_tick_catches_up_a_bounded_number_of_packets():
 
 def test_the_clock_ticks_every_sender_and_drops_one_that_raises():
     class Broken:
-        def send_due(self, now: float, ntp: int) -> int:
+        def send_due(self, now: float, ntp: int, grid_at: float | None = None) -> int:
             raise RuntimeError("boom")
 
     async def go() -> tuple[int, int, int]:
@@ -131,6 +131,87 @@ def test_the_clock_ticks_every_sender_and_drops_one_that_raises():
 
     ticks, senders, sent = asyncio.run(go())
     assert ticks >= 3 and senders == 1 and sent >= 3
+
+
+def test_calls_are_spread_over_the_period_s_phases_least_filled_first():
+    senders = PhasedSenders(5)
+    calls = [object() for _ in range(12)]
+    phases = [senders.add(c) for c in calls]  # type: ignore[arg-type]
+    assert phases == [0, 1, 2, 3, 4] * 2 + [0, 1]
+    assert senders.add(calls[0]) == 0 and len(senders) == 12  # added twice: still once
+    for c in calls[:3]:  # phases 0, 1, 2 lose one each
+        senders.discard(c)  # type: ignore[arg-type]
+    # 2, 2, 1, 2, 2 left: the hole first, then the lowest of the equals
+    assert [senders.add(object()) for _ in range(3)] == [2, 0, 1]  # type: ignore[arg-type]
+    assert [len(senders.at(p)) for p in range(5)] == [3, 3, 2, 2, 2]
+    assert senders.at(7) == senders.at(2)  # a grid step is its phase's
+
+
+def test_the_next_tick_skips_empty_phases_and_the_steps_a_stall_missed():
+    senders = PhasedSenders(5)
+    assert senders.next_step(after=3, earliest=0) is None  # nobody: the clock stops
+    a, b = object(), object()
+    senders.add(a)  # type: ignore[arg-type]  # phase 0
+    senders.add(b)  # type: ignore[arg-type]  # phase 1
+    assert senders.next_step(after=0, earliest=1) == 1
+    assert senders.next_step(after=1, earliest=2) == 5  # 2, 3, 4 are empty: next period
+    assert senders.next_step(after=1, earliest=13) == 15  # a stall to step 13: on, not back
+    with pytest.raises(ValueError, match="phases"):
+        PhasedSenders(0)
+
+
+def test_the_clock_ticks_each_call_once_a_period_on_its_phase_s_grid_through_a_stall():
+    """Ten calls over five phases: two per tick, each tick every 4 ms, each call every 20 ms;
+    after the loop stalls 50 ms the missed ticks are not repeated and the grid holds."""
+
+    class Recorder:
+        def __init__(self, stall_once: bool = False) -> None:
+            self.grid: list[float] = []
+            self.stall_once = stall_once
+
+        def send_due(self, now: float, ntp: int, grid_at: float | None = None) -> int:
+            assert grid_at is not None and grid_at <= now
+            self.grid.append(grid_at)
+            if self.stall_once and len(self.grid) == 3:
+                time.sleep(0.05)  # the loop is held: other work, a GC pause
+            return 0
+
+    async def go() -> tuple[AudioClock, list[Recorder]]:
+        clock = AudioClock(period_s=0.02, phases=5)
+        calls = [Recorder(stall_once=i == 0) for i in range(10)]
+        for call in calls:
+            clock.add(call)  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)
+        clock.close()
+        return clock, calls
+
+    clock, calls = asyncio.run(go())
+    origin = calls[0].grid[0]
+    offsets = set()
+    for call in calls:
+        steps = [(t - origin) / 0.004 for t in call.grid]
+        assert all(abs(s - round(s)) < 1e-6 for s in steps), "every tick on the 4 ms grid"
+        phases = {round(s) % 5 for s in steps}
+        assert len(phases) == 1, "a call keeps its phase"
+        offsets |= phases
+        gaps = {round((b - a) / 0.02) for a, b in zip(call.grid, call.grid[1:], strict=False)}
+        assert gaps <= {1, 2, 3, 4}, gaps  # once a period, a stall skips periods, none repeat
+        assert len(call.grid) >= 8
+    assert offsets == {0, 1, 2, 3, 4}
+    assert clock.ticks >= 40 and clock.ticks <= 75  # 5 ticks a period, 300 ms, minus the stall
+
+
+def test_a_track_started_on_its_tick_s_grid_sends_audio_on_the_next_tick_however_late():
+    """The first tick ran 3 ms late: a track whose clock starts at the tick's place on the grid
+    has its slots due on the ticks; one started at that late ``now`` would have each slot fall
+    due just after a tick that ran on time, and its audio would wait a period more."""
+    for grid_at, sent_on_the_next_tick in ((100.0, 1), (None, 0)):
+        track = opus_track([])
+        assert track.take_due(100.003, grid_at=grid_at) == []  # slot 0 held open
+        track.push_opus(TONE[0])
+        track.push_opus(TONE[1])
+        assert len(track.take_due(100.0031, grid_at=grid_at)) == 1  # slot 0 (the push's)
+        assert len(track.take_due(100.0201, grid_at=100.02)) == sent_on_the_next_tick
 
 
 async def answered() -> tuple[RTCPeerConnection, RTCPeerConnection, BackendAudioTrack]:

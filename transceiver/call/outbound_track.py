@@ -176,14 +176,19 @@ class BackendAudioTrack(MediaStreamTrack):
         if self._on_frame_out is not None:
             self._on_frame_out()
 
-    def take_due(self, now: float, limit: int = MAX_DUE_PER_TAKE) -> list[tuple[bytes, int]]:
+    def take_due(
+        self, now: float, grid_at: float | None = None, limit: int = MAX_DUE_PER_TAKE
+    ) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``), as (payload, RTP timestamp offset
         in samples), at most ``limit``: what ``transceiver.call.outbound`` sends on a tick. The
-        first call starts the clock, as a sound card's first read does. A slot with no audio yet
-        is held open for ``SLOT_GRACE_S``, then silence fills it. A stalled loop catches up at
-        most ``limit`` packets per call; the rest follow on the next ticks."""
+        first call starts the clock, as a sound card's first read does: at ``grid_at``, the
+        tick's place on its clock's grid, when given (its slots then fall due on its ticks; from
+        ``now``, which the loop's delay makes late, each later tick on time would come just
+        before its slot, and the slot's audio would wait a whole period for the next one). A slot
+        with no audio yet is held open for ``SLOT_GRACE_S``, then silence fills it. A stalled
+        loop catches up at most ``limit`` packets per call; the rest follow on the next ticks."""
         if self._start is None:
-            self._start = now
+            self._start = now if grid_at is None else min(grid_at, now)
         due: list[tuple[bytes, int]] = []
         while len(due) < limit:
             slot_at = self._start + self._pts / AUDIO_SAMPLE_RATE

@@ -95,12 +95,13 @@ class DirectSender:
         """The call's sending stopped: audio no longer triggers sends."""
         self._track.on_due = None
 
-    def send_due(self, now: float, ntp: int) -> int:
-        """Send every packet the track has due by ``now``; returns how many."""
+    def send_due(self, now: float, ntp: int, grid_at: float | None = None) -> int:
+        """Send every packet the track has due by ``now``; returns how many. ``grid_at``: the
+        tick's place on the clock's grid (``AudioClock``), where the track starts its own."""
         protect = self._protect()
         if protect is None:  # DTLS not up, or closed: nothing leaves in clear
             return 0
-        due = self._track.take_due(now)
+        due = self._track.take_due(now, grid_at)
         sender = self._sender
         for payload, pts in due:
             ts = (self._ts_origin + pts) & 0xFFFFFFFF

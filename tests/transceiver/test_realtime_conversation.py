@@ -10,7 +10,11 @@ import base64
 import json
 
 import pytest
-from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
+from openai.types.realtime import (
+    InputAudioBufferAppendEvent,
+    RealtimeClientEvent,
+    RealtimeServerEvent,
+)
 from pydantic import TypeAdapter
 
 from transceiver.backends.realtime.conversation import (
@@ -43,7 +47,10 @@ def delta(item: str, nbytes: int, kind: str = "response.output_audio.delta") -> 
 
 def client_json(action: ToServer) -> dict:
     event = action.event
-    data = event if isinstance(event, dict) else event.model_dump(exclude_unset=True)
+    if isinstance(event, str):  # the hot path's append, as JSON
+        data = json.loads(event)
+    else:
+        data = event if isinstance(event, dict) else event.model_dump(exclude_unset=True)
     CLIENT.validate_python(data)
     return data
 
@@ -54,6 +61,8 @@ def test_caller_audio_is_one_typed_append_per_frame() -> None:
     data = client_json(action)
     assert data["type"] == "input_audio_buffer.append"
     assert base64.b64decode(data["audio"]) == b"\x02\x00" * 480
+    typed = InputAudioBufferAppendEvent(type="input_audio_buffer.append", audio=data["audio"])
+    assert data == json.loads(typed.to_json(use_api_names=True, exclude_unset=True))
 
 
 def test_deltas_become_whole_frames_and_the_tail_is_padded_at_done() -> None:

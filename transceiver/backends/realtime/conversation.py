@@ -13,7 +13,7 @@ is told exactly how much of the item the caller was sent (``conversation.item.tr
 Sans-I/O, as h11's connection: methods take what arrived (and ``queued``, the outbound frames not
 yet sent, read from the transceiver; ``now`` for the caller's event budget) and return what to do,
 a list of actions the I/O layer carries out in order. Events toward the model server are the
-``openai`` package's typed client events.
+``openai`` package's typed client events (the caller's audio as such an event's JSON).
 """
 
 from __future__ import annotations
@@ -25,11 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from openai.types.realtime import (
-    ConversationItemTruncateEvent,
-    InputAudioBufferAppendEvent,
-    ResponseCancelEvent,
-)
+from openai.types.realtime import ConversationItemTruncateEvent, ResponseCancelEvent
 
 from transceiver.backends.realtime.playout import Playout
 from transceiver.backends.realtime.policy import ClientEventPolicy
@@ -52,11 +48,16 @@ CALLER_CLEAR: Final = "output_audio_buffer.clear"  # OpenAI's WebRTC-only client
 # carry the whole session): instructions and tools are the operator's, often secret.
 REDACTED_SESSION_FIELDS: Final = ("instructions", "tools", "prompt", "tracing")
 MAX_CUT_ITEMS = 16  # items cut by a barge-in whose late deltas are still dropped
+# ``InputAudioBufferAppendEvent``'s JSON (%s: the base64 audio), compact: building the model
+# and dumping it (indented, the SDK's default) for every 20 ms frame was ~3 % of a realtime
+# call's CPU.
+APPEND_JSON: Final = '{"type":"input_audio_buffer.append","audio":"%s"}'
 
 
 @dataclass(frozen=True)
 class ToServer:
-    """Send this client event to the model server (a typed event, or a caller's checked dict)."""
+    """Send this client event to the model server: a typed event, a caller's checked dict, or
+    the JSON of a typed event (``APPEND_JSON``: 50 a second per call, written without a model)."""
 
     event: Any
 
@@ -131,12 +132,7 @@ class RealtimeConversation:
     def caller_audio(self, pcm: bytes) -> ToServer:
         """One frame of the caller's audio (PCM16 at ``sample_rate``) for the model server."""
         self.counts.appends += 1
-        audio = base64.b64encode(pcm).decode("ascii")
-        return ToServer(
-            InputAudioBufferAppendEvent.model_construct(
-                type="input_audio_buffer.append", audio=audio
-            )
-        )
+        return ToServer(APPEND_JSON % base64.b64encode(pcm).decode("ascii"))
 
     # -- what the model server sends ------------------------------------------------------------
     def server_event(self, event: Mapping[str, Any], queued: int) -> list[Action]:

@@ -115,6 +115,10 @@ class BackendSession(abc.ABC):
     # pcm16: the rate of ``audio_in`` and ``emit_audio`` PCM, one of SAMPLE_RATES, read once
     # with ``audio_format``; frames are 20 ms (``frame_bytes(sample_rate)``) at every rate.
     sample_rate: int = AUDIO_SAMPLE_RATE
+    # The session sends its audio ahead of real time (a model server's deltas): the outbound
+    # track then holds no slot open for audio about to come, which a live stream (an echo) needs.
+    # Read once, with ``audio_format``; the track also learns it from how the audio comes.
+    audio_ahead: bool = False
 
     @abc.abstractmethod
     def audio_in(self, pcm: bytes) -> None:

@@ -17,10 +17,13 @@ and silence. The agent (``realtime_stack``) logs every event it gets. Then:
   the agent got says within ``TRUNCATE_BOUND_MS`` how much of the item the page heard.
 
 The bounds are the issue's (issue 23). The 100 ms is asserted on what the stack controls, the
-answer's packets reaching the page; when the page *hears* the answer stop is that plus what
-Chromium's own jitter buffer holds then (40-60 ms on an idle machine, up to ~190 ms seen on a
-loaded one), printed with ``pytest -s`` beside the other figures (docs/realtime.md, "Barge-in
-and the exact truncate"). One call for the whole module (about 20 s). Skipped, with the reason,
+answer's packets reaching the page, and on when the page *hears* the answer stop (its Web Audio
+tap falls quiet), which is that plus what Chromium's own jitter buffer holds then: 20-40 ms of
+target on an idle machine since the transceiver sends silence on the tick (no step between an
+answer's packets and the silence around them); what the buffer holds beyond its idle target
+``IDLE_JITTER_TARGET_MS`` (80 ms seen on a loaded machine) is the browser's answer to the
+machine's load and is added to the bound. Figures print with ``pytest -s`` (docs/realtime.md,
+"Barge-in and the exact truncate"). One call for the whole module (about 20 s). Skipped, with the reason,
 only where Chromium, unshare, ip or espeak-ng is missing (CI installs all four).
 """
 
@@ -51,6 +54,10 @@ INTERRUPTION = "wait a moment please"
 # the recognition's time into the answer: 2.8 s (0.8 s recognition) to 0.5 s (3.1 s).
 LEAD_S, GAP_S, TAIL_S = 3.0, 4.0, 8.0
 STOP_BOUND_MS = 100  # speech_started arrived -> the page hears the answer stop
+# Chromium's jitter buffer target on an idle loopback call (20-40 ms seen): what it holds beyond
+# this at the cut is its answer to the machine's load (80 ms seen with other work on both
+# cores), added to the bound of what the page hears, and printed.
+IDLE_JITTER_TARGET_MS = 40
 TRUNCATE_BOUND_MS = 40  # the truncate's audio_end_ms against what the page heard of the item
 MIN_HEARD_MS = 300  # an answer, not a click
 MIN_ANSWER_RMS = 0.01  # -40 dBFS over its loud quanta: speech, not codec noise
@@ -180,6 +187,9 @@ def test_speech_over_the_answer_stops_it(call: dict[str, Any], answer: figures.A
           f"speech_started, the page heard it stop {heard:+.1f} ms from it; "
           f"{page_path(call, answer)}")  # fmt: skip
     assert arrived <= STOP_BOUND_MS, page_path(call, answer)
+    target = figures.receive_path(call, answer).get("its target", 0.0)
+    allowed = STOP_BOUND_MS + max(0.0, target - IDLE_JITTER_TARGET_MS)
+    assert heard <= allowed, page_path(call, answer)
 
 
 def test_the_truncate_says_what_the_page_heard(

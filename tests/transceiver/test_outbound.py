@@ -390,6 +390,51 @@ def test_audio_for_a_slot_held_open_leaves_at_once_in_its_own_slot():
     assert len(sent) == 4
 
 
+def test_a_backend_ahead_of_real_time_gets_silence_on_the_tick_and_its_audio_at_once():
+    """A model server's audio comes in bursts ahead of its slots: an empty slot is silence on
+    its tick (held open, it left a tick late, behind audio that left on time: a step the
+    caller's jitter buffer grows by), and the next burst's first frame takes the next slot at
+    once, the rest on their ticks."""
+    now = [100.0]
+    sent: list[bytes] = []
+    track = opus_track([], clock=lambda: now[0])
+    track.set_format(OPUS, ahead=True)
+    direct = DirectSender(
+        fake_sender(), PT, track, lambda: lambda d: d, sent.append, 1, 0, clock=lambda: now[0]
+    )
+
+    def heard() -> list[tuple[bytes, int]]:
+        return [(p.payload, p.timestamp) for p in (RtpPacket.parse(d, extensions()) for d in sent)]
+
+    assert direct.send_due(100.0, 0, 100.0) == 1  # nothing queued: silence now, not held
+    assert heard() == [(silent_packet(), 0)]
+    now[0] = 100.007
+    for packet in TONE[:4]:  # a burst, 7 ms after the tick: the first goes at once, in slot 1
+        track.push_opus(packet)
+    assert heard()[-1] == (TONE[0], 960) and len(sent) == 2
+    assert direct.send_due(100.020, 0, 100.020) == 0  # slot 1 went; slot 2 is due at 100.040
+    assert direct.send_due(100.040, 0, 100.040) == 1 and heard()[-1] == (TONE[1], 1920)
+    track.clear()  # a barge-in: the slot after it is silence on its tick, no step
+    assert direct.send_due(100.060, 0, 100.060) == 1 and heard()[-1] == (silent_packet(), 2880)
+
+
+def test_a_track_learns_from_its_pushes_whether_the_backend_is_ahead_or_live():
+    now = [100.0]
+    track = opus_track([], clock=lambda: now[0])
+    track.take_due(100.0)  # the clock starts; slot 0 held open (a live backend, by default)
+    assert track.take_due(100.001) == []
+    for packet in TONE[:5]:  # 100 ms at once: ahead
+        track.push_opus(packet)
+    assert len(track.take_due(100.001)) == 1  # slot 0
+    for t in (100.02, 100.04, 100.06, 100.08):
+        assert len(track.take_due(t)) == 1
+    assert len(track.take_due(100.1)) == 1  # empty and ahead: silence on the tick, not held
+    now[0] = 100.105
+    track.push_opus(TONE[0])  # one frame, just in time: live again (taken early, slot 6)
+    assert len(track.take_due(100.105)) == 1
+    assert track.take_due(100.14) == []  # slot 7, empty, live: held open for its audio
+
+
 def test_a_failure_between_ticks_is_the_sender_s_not_the_backend_s():
     now = [100.0]
     track = opus_track([], clock=lambda: now[0])

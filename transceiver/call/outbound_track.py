@@ -32,6 +32,7 @@ from transceiver.backend import (
 from transceiver.call import opus
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50  # on the RTP clock (48 kHz), whatever the PCM rate
+SLOT_S = 0.02  # one frame's slot
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
 # A slot whose audio has not come yet is held open this long past its time before silence
 # fills it: audio that comes meanwhile leaves at once (``on_due``) in its own slot. Live audio
@@ -39,6 +40,11 @@ MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 
 # packet just late for its tick would otherwise meet silence in its slot and then wait a whole
 # frame, and every such packet left the rest of the call one frame later for good.
 SLOT_GRACE_S = 0.010
+# A push that leaves at least this many frames queued (once what was due went) says the
+# backend's audio comes ahead of its slots (a model server's deltas, 4x real time or more), not
+# frame by frame in real time (an echo, a live stream, one frame early now and then):
+# ``BackendAudioTrack._ahead``.
+AHEAD_FRAMES = 3
 # Silent frames still given to the encoder when the backend falls quiet, so that its state
 # (and the caller's decoder's) fades out and the next speech starts from silence; after them
 # the cached silent packet is sent instead.
@@ -82,19 +88,32 @@ class BackendAudioTrack(MediaStreamTrack):
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
         self._pts = 0
         self._start: float | None = None
+        # The backend sends ahead of real time (its last push left AHEAD_FRAMES queued): a slot
+        # with nothing is silence on its tick, not held open, since no audio of a live stream is
+        # about to come for it; held open, its silence left a tick late, behind audio that left
+        # on time, and the caller's jitter buffer grew by that frame (docs/realtime.md).
+        self._ahead = False
+        # The last slot went out as silence on its tick, the backend ahead: the audio that comes
+        # next takes the next slot at once, as audio would have taken a slot held open.
+        self._early = False
         # Sends what is due now, out of the clock's tick (set by transceiver.call.outbound): audio
         # that arrives for a slot held open goes at once.
         self.on_due: Callable[[], None] | None = None
         self.frames_out = 0
         self.frames_dropped = 0
 
-    def set_format(self, audio_format: str, sample_rate: int = AUDIO_SAMPLE_RATE) -> None:
+    def set_format(
+        self, audio_format: str, sample_rate: int = AUDIO_SAMPLE_RATE, ahead: bool = False
+    ) -> None:
+        """The backend's audio: its format, its PCM rate, and whether it comes ahead of real
+        time (``BackendSession.audio_ahead``; until its pushes say otherwise)."""
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"unknown audio format {audio_format!r}")
         if sample_rate not in SAMPLE_RATES:
             raise ValueError(f"sample rate {sample_rate} is not one of {SAMPLE_RATES}")
         self.audio_format = audio_format
         self.sample_rate = sample_rate
+        self._ahead = ahead
         self._frame_bytes = frame_bytes(sample_rate)
         self._silence = bytes(self._frame_bytes)
         if audio_format == OPUS:
@@ -122,9 +141,13 @@ class BackendAudioTrack(MediaStreamTrack):
         self._slot_filled()
 
     def _slot_filled(self) -> None:
-        """Audio came: if its slot is already due (held open for it), send it now."""
-        if self.on_due is not None and self._slot_at() <= self._clock():
-            self.on_due()
+        """Audio came: if its slot is already due (held open for it), or the next one may go
+        early (``_early``), send it now; what stays queued says if the backend is ahead."""
+        if self.on_due is not None:
+            wait = self._slot_at() - self._clock()
+            if wait <= 0 or (self._early and wait <= SLOT_S):
+                self.on_due()
+        self._ahead = self.queued_frames() >= AHEAD_FRAMES
 
     def _slot_at(self) -> float:
         """When the next slot is due (monotonic); infinity before the clock started."""
@@ -150,6 +173,7 @@ class BackendAudioTrack(MediaStreamTrack):
             if self._packets:
                 payload, samples = self._packets.popleft()
                 self._count_out()
+                self._early = False
             else:
                 payload, samples = silent_packet(), SAMPLES_PER_FRAME
             self._pts += samples
@@ -162,6 +186,7 @@ class BackendAudioTrack(MediaStreamTrack):
         if pcm is not silence:
             self._count_out()
             self._quiet_frames = 0
+            self._early = False
         else:
             self._quiet_frames += 1
             if self._quiet_frames > ENCODED_SILENCE_FRAMES:
@@ -192,10 +217,13 @@ class BackendAudioTrack(MediaStreamTrack):
         due: list[tuple[bytes, int]] = []
         while len(due) < limit:
             slot_at = self._start + self._pts / AUDIO_SAMPLE_RATE
-            if slot_at > now:
+            queued = bool(self._frames or self._packets)
+            if slot_at > now and not (self._early and queued and slot_at - now <= SLOT_S):
                 break
-            if not (self._frames or self._packets) and now - slot_at < SLOT_GRACE_S:
-                break  # nothing yet: the slot stays open (``on_due`` sends it when audio comes)
+            if not queued:
+                if not self._ahead and now - slot_at < SLOT_GRACE_S:
+                    break  # nothing yet: the slot stays open (``on_due`` sends it when audio comes)
+                self._early = self._ahead  # silence on its tick: what comes next may go early
             # On the track's clock, not the encoder's pts: libopus shifts its pts by its
             # look-ahead, and quiet frames are not encoded at all.
             pts = self._pts

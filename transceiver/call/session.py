@@ -186,7 +186,7 @@ class Session:
             )
         self.audio_format = audio_format
         rate = sample_rate if audio_format == PCM16 else AUDIO_SAMPLE_RATE
-        self.out_track.set_format(audio_format, rate)
+        self.out_track.set_format(audio_format, rate, ahead=getattr(backend, "audio_ahead", False))
         self._inlet = inlet = inbound.BackendInlet(
             self.id,
             backend,

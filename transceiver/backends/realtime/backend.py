@@ -163,6 +163,7 @@ class RealtimeSession(BackendSession):
     """
 
     audio_format = PCM16
+    audio_ahead = True  # model servers send an answer's audio as fast as they make it
 
     def counters(self) -> dict[str, int]:
         """What this call did so far: its conversation's counts and the outbox's drops."""

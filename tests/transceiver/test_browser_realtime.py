@@ -23,8 +23,8 @@ target on an idle machine since the transceiver sends silence on the tick (no st
 answer's packets and the silence around them); what the buffer holds beyond its idle target
 ``IDLE_JITTER_TARGET_MS`` (80 ms seen on a loaded machine) is the browser's answer to the
 machine's load and is added to the bound. Figures print with ``pytest -s`` (docs/realtime.md,
-"Barge-in and the exact truncate"). One call for the whole module (about 20 s). Skipped, with the reason,
-only where Chromium, unshare, ip or espeak-ng is missing (CI installs all four).
+"Barge-in and the exact truncate"). One call for the whole module (about 20 s). Skipped, with
+the reason, only where Chromium, unshare, ip or espeak-ng is missing (CI installs all four).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def run_up(args: list[str], env: dict[str, str] | None = None):
         (["--backend", "websocket", "--backend-url", "ws://b/", "--audio-rate", "16000"],
          "--audio-rate: a websocket backend chooses its rate per call"),
         (["--backend-key-file", "/etc/hostname"], "--backend-key-file: only for --backend "
-         "realtime"),
+         "websocket, realtime"),
         ([*REALTIME, "--backend-key-file", "/nonexistent"], "--backend-key-file: cannot read"),
         ([*REALTIME, "--realtime-session-file", "/nonexistent"], "--realtime-session-file: "
          "cannot read /nonexistent"),

@@ -282,14 +282,14 @@ class TransceiverConfig:
         parse=read_backend_key,
         env_secret=BACKEND_KEY_ENV,
         repr=False,
-        chart=EXTRA,
+        chart="transceiver.backendKeySecret",
         help="File holding the backend's API key (--backend websocket, realtime, media-streams "
         "or a plugin), sent as 'Authorization: Bearer'; or set RTCEDGE_BACKEND_KEY.",
     )
     backend_ca_file: str | None = option(
         "--backend-ca-file",
         check=must(os.path.isfile, "no such file: {!r}"),
-        chart=EXTRA,
+        chart="transceiver.backendTls",
         help="CA bundle that signs a wss:// --backend-url's server (--backend websocket, "
         "realtime, media-streams or a plugin; default: the system's).",
     )

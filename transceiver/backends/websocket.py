@@ -4,7 +4,9 @@ Binary messages are audio, both ways: PCM16 LE mono 48 kHz in whole 20 ms frames
 backend picks the ``rtcedge.opus`` WebSocket subprotocol at the upgrade, Opus packets (toward
 the backend each behind a 6-byte header: RTP sequence number and timestamp). Text messages are
 JSON objects, both ways. The transceiver speaks first (``session.start``) and last
-(``session.end``). Full wire protocol: docs/backend-protocol.md.
+(``session.end``). The operator's key goes as ``Authorization: Bearer`` on the upgrade, and a
+``wss://`` backend is checked against the system's CAs or a CA file of the operator's. Full wire
+protocol: docs/backend-protocol.md.
 
 Toward the backend nothing ever waits on the network in the caller's path: ``audio_in`` and
 ``event_in`` append to a bounded outbox that one sender task drains, so a slow or stalled backend

@@ -20,6 +20,7 @@ listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no address a client
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import socket
@@ -241,6 +242,19 @@ def check_relay_port_free(address: tuple[str, int]) -> None:
             ) from None
 
 
+def try_plugin(config: TransceiverConfig) -> None:
+    """A plugin's factory, called once here as the transceiver will call it (in a running event
+    loop) and its backend closed: a factory that refuses the options then fails ``up`` in ``up``'s
+    words, before anything starts, instead of the transceiver child after the relay started."""
+    if config.backend_plugin is None:
+        return
+
+    async def build_and_close() -> None:
+        await config.make_backend().close()
+
+    asyncio.run(build_and_close())
+
+
 def check_up_options(
     http: str,
     relay: str,
@@ -281,7 +295,7 @@ def check_up_options(
             metrics=None,
             listen_tcp=tcp_address,
         ).validate()
-        TransceiverConfig(
+        transceiver = TransceiverConfig(
             transceiver_id=0,
             cluster=0,
             media=(http_address[0], 0),
@@ -292,6 +306,7 @@ def check_up_options(
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
         ).validate()
+        try_plugin(transceiver)
     except ConfigError as exc:
         message = str(exc).removeprefix(f"{exc.option}: ")
         raise ConfigError(UP_OPTION.get(exc.option, exc.option), message) from None

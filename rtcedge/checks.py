@@ -20,6 +20,7 @@ listening on a wildcard (``0.0.0.0``, ``::``): a wildcard is no address a client
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import socket
@@ -30,7 +31,7 @@ from common.config import ConfigError, format_host_port, parse_host_port
 from common.options import option_fields
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
-from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig
+from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig, takes_credentials
 from transceiver.signaling.tokens import read_secrets_file
 
 # A service's option -> the ``up`` option its value comes from.
@@ -86,9 +87,9 @@ class UpBackend:
         return fields
 
     def takes_key_from_environment(self) -> bool:
-        """RTCEDGE_BACKEND_KEY is for a model server or bot of the user's: not the agent (whose
-        key ``up`` makes), nor echo or websocket (which take none)."""
-        return self.backend in ("realtime", "media-streams") and not self.agent
+        """RTCEDGE_BACKEND_KEY is for a model server, bot or plugin of the user's: not the agent
+        (whose key ``up`` makes), nor echo (which takes none)."""
+        return takes_credentials(self.backend) and not self.agent
 
     def transceiver_options(
         self, url: str | None = None, key: str | None = None
@@ -241,6 +242,19 @@ def check_relay_port_free(address: tuple[str, int]) -> None:
             ) from None
 
 
+def try_plugin(config: TransceiverConfig) -> None:
+    """A plugin's factory, called once here as the transceiver will call it (in a running event
+    loop) and its backend closed: a factory that refuses the options then fails ``up`` in ``up``'s
+    words, before anything starts, instead of the transceiver child after the relay started."""
+    if config.backend_plugin is None:
+        return
+
+    async def build_and_close() -> None:
+        await config.make_backend().close()
+
+    asyncio.run(build_and_close())
+
+
 def check_up_options(
     http: str,
     relay: str,
@@ -281,7 +295,7 @@ def check_up_options(
             metrics=None,
             listen_tcp=tcp_address,
         ).validate()
-        TransceiverConfig(
+        transceiver = TransceiverConfig(
             transceiver_id=0,
             cluster=0,
             media=(http_address[0], 0),
@@ -292,6 +306,7 @@ def check_up_options(
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
         ).validate()
+        try_plugin(transceiver)
     except ConfigError as exc:
         message = str(exc).removeprefix(f"{exc.option}: ")
         raise ConfigError(UP_OPTION.get(exc.option, exc.option), message) from None

@@ -21,11 +21,19 @@ from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 from common.options import refuse_url_credentials_on_command_line
 
-# The transceiver's (transceiver/config.py, which this light module does not import:
-# tests/rtcedge/test_up_backend_options.py holds them equal).
-BACKENDS = ("echo", "websocket", "realtime", "media-streams")
+# The transceiver's (transceiver/config.py, which this light module imports only to list the
+# backends: tests/rtcedge/test_up_backend_options.py holds them equal).
 AUDIO_FORMATS = ("pcm16", "opus")
 AUDIO_RATES = ("8000", "16000", "24000", "48000")
+
+
+def list_backends(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--backend list``: the transceiver's list (built-ins and installed plugins), exit 0."""
+    if value != "list":
+        return value
+    from transceiver.config import list_backends as transceivers
+
+    return transceivers(ctx, param, value)
 
 
 @click.group()
@@ -116,15 +124,19 @@ Examples:
 @click.option("--workers", type=int, default=2, show_default=True, help="Relay workers.")
 @click.option(
     "--backend",
-    type=click.Choice(BACKENDS),
     default="echo",
     show_default=True,
+    metavar="NAME|MODULE:FACTORY|list",
+    is_eager=True,
+    callback=list_backends,
     envvar="RTCEDGE_BACKEND",
     show_envvar=True,
     help="What answers the caller: echo plays their audio back; websocket streams it to "
     "--backend-url (our protocol); realtime makes each call a session of a Realtime-API model "
     "server at --backend-url (docs/realtime.md); media-streams a call of a telephony bot "
-    "(Twilio's Media Streams protocol, docs/media-streams.md).",
+    "(Twilio's Media Streams protocol, docs/media-streams.md); a plugin's name or "
+    "MODULE:FACTORY, a backend in the transceiver's process (docs/plugins.md); 'list' shows "
+    "them and exits.",
 )
 @click.option(
     "--backend-url",
@@ -140,8 +152,8 @@ Examples:
     envvar="RTCEDGE_BACKEND_KEY_FILE",
     show_envvar=True,
     default=None,
-    help="File holding the model server's or bot's key (--backend realtime or media-streams), "
-    "sent as its bearer; "
+    help="File holding the backend's key (--backend websocket, realtime, media-streams or a "
+    "plugin), sent as its bearer; "
     "or set RTCEDGE_BACKEND_KEY (passed on by the environment, never a command line).",
 )
 @click.option(

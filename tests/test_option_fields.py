@@ -51,7 +51,9 @@ FULL = merge(
         },
         "transceiver": {
             "backend": "websocket",
-            "backendUrl": "ws://inference:8765/call",
+            "backendUrl": "wss://inference:8765/call",
+            "backendKeySecret": {"existingSecret": "inference-key"},
+            "backendTls": {"caConfigMap": "inference-ca"},
             "authToken": {"existingSecret": "whip-token"},
             "maxSessions": 40,
             "trustedProxies": ["10.244.7.0/24"],

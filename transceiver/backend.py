@@ -11,8 +11,9 @@ loop work: whoever is behind drops and counts, it never blocks.
 
 Built-ins (``transceiver.backends.create_backend``): ``echo``, embedded, the default;
 ``websocket``, one WebSocket per call to an external service; ``realtime``, a Realtime-API model
-server; ``media-streams``, a telephony bot (Twilio's Media Streams). The wire protocol and how
-to write a backend: docs/backend-protocol.md.
+server; ``media-streams``, a telephony bot (Twilio's Media Streams). Others come from outside,
+in-process: plugins (``transceiver.backends.plugins``, docs/plugins.md). The wire protocol and
+how to write a backend: docs/backend-protocol.md.
 """
 
 from __future__ import annotations

@@ -39,6 +39,16 @@ from common.options import (
 )
 from transceiver.backend import SAMPLE_RATES, Backend
 from transceiver.backends import create_backend
+from transceiver.backends.plugins import (
+    BackendFactory,
+    BackendOptions,
+    PluginError,
+    build,
+    is_reference,
+    listing,
+    load_factory,
+    resolve,
+)
 from transceiver.backends.realtime.policy import ClientEventPolicy, load_policy
 from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
@@ -52,13 +62,16 @@ from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
 if TYPE_CHECKING:
     from transceiver.backends.media_streams import MediaStreamsBackendConfig
     from transceiver.backends.realtime.backend import RealtimeBackendConfig
+    from transceiver.backends.websocket import WebSocketBackendConfig
 
 TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
 REALTIME_KEY_ENV = f"{ENV_PREFIX}REALTIME_KEY"
 BACKEND_KEY_ENV = f"{ENV_PREFIX}BACKEND_KEY"
 BACKENDS = ("echo", "websocket", "realtime", "media-streams")
-# The options of a backend that dials a network service (a key, a CA): which backends take them.
-NETWORK_BACKENDS = ("realtime", "media-streams")
+# The options of a backend that dials a network service (a key, a CA): which backends take them
+# (and every plugin: its factory judges them).
+NETWORK_BACKENDS = ("websocket", "realtime", "media-streams")
+LIST_BACKENDS = "list"  # --backend list: print what is available, and exit
 EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
 _PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
 
@@ -102,6 +115,21 @@ def read_backend_key(option: str, path: str | None) -> str | None:
     if len(keys) != 1 or any(c.isspace() or not c.isprintable() for c in keys[0]):
         raise ConfigError(where, "expected one key on one line")
     return keys[0]
+
+
+def list_backends(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--backend list``'s callback (an eager option: before the required ones are missed):
+    print the built-in backends and the installed plugins, and exit 0."""
+    if value == LIST_BACKENDS and not ctx.resilient_parsing:
+        click.echo(listing(BACKENDS))
+        ctx.exit(0)
+    return value
+
+
+def takes_credentials(backend: str) -> bool:
+    """Whether --backend dials a network service that may take a key and a CA: a built-in of
+    NETWORK_BACKENDS, or a plugin (which judges its options itself)."""
+    return backend in NETWORK_BACKENDS or backend not in BACKENDS
 
 
 def read_json_file(option: str, path: str) -> object:
@@ -228,38 +256,42 @@ class TransceiverConfig:
         help="HOST:PORT for /metrics (and /healthz, /readyz), or 'off'. Never on the --http "
         "port, which the ingress makes public.",
     )
-    backend: str = option(
+    backend: str = option(  # a built-in's name, or a plugin's (transceiver.backends.plugins)
         "--backend",
         default="echo",
-        type=click.Choice(list(BACKENDS)),
-        check=must(lambda b: b in BACKENDS, f"unknown backend {{!r}} ({', '.join(BACKENDS)})"),
+        metavar="NAME|MODULE:FACTORY|list",
+        is_eager=True,
+        callback=list_backends,
+        check=must(lambda b: b != LIST_BACKENDS, "list: only on a command line"),
         chart="transceiver.backend",
         help="Where callers' audio and events go: echo, websocket (our protocol), realtime "
-        "(a Realtime-API model server, docs/realtime.md) or media-streams (a telephony bot "
-        "over Twilio's Media Streams, docs/media-streams.md).",
+        "(a Realtime-API model server, docs/realtime.md), media-streams (a telephony bot "
+        "over Twilio's Media Streams, docs/media-streams.md), a plugin's name, or "
+        "MODULE:FACTORY, an in-process backend (docs/plugins.md); 'list' shows them and exits.",
     )
     backend_url: str | None = option(  # may hold a credential
         "--backend-url",
         repr=False,
         chart="transceiver.backendUrl",
-        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams; one holding "
-        "a credential (a user, a password, token=...) only by the environment.",
+        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams (a plugin "
+        "gets it as given); one holding a credential (a user, a password, token=...) only by "
+        "the environment.",
     )
     backend_key: str | None = option(  # the model server's API key: a bearer on its WebSocket
         "--backend-key-file",
         parse=read_backend_key,
         env_secret=BACKEND_KEY_ENV,
         repr=False,
-        chart=EXTRA,
-        help="File holding the backend's API key (--backend realtime or media-streams), sent as "
-        "its bearer; or set RTCEDGE_BACKEND_KEY.",
+        chart="transceiver.backendKeySecret",
+        help="File holding the backend's API key (--backend websocket, realtime, media-streams "
+        "or a plugin), sent as 'Authorization: Bearer'; or set RTCEDGE_BACKEND_KEY.",
     )
     backend_ca_file: str | None = option(
         "--backend-ca-file",
         check=must(os.path.isfile, "no such file: {!r}"),
-        chart=EXTRA,
-        help="CA bundle that signs a wss:// --backend-url's server (--backend realtime or "
-        "media-streams; default: the system's).",
+        chart="transceiver.backendTls",
+        help="CA bundle that signs a wss:// --backend-url's server (--backend websocket, "
+        "realtime, media-streams or a plugin; default: the system's).",
     )
     audio_rate: int | None = option(
         "--audio-rate",
@@ -676,6 +708,9 @@ class TransceiverConfig:
     def _check_backend(self) -> None:
         """The backend options agree with --backend, and the backend can be built from them."""
         backend = self.backend
+        if self.backend_plugin is not None:  # its factory judges the options, at make_backend
+            self._check_realtime_only()
+            return
         if backend != "echo" and not self.backend_url:
             raise ConfigError("--backend-url", f"required with --backend {backend}")
         if backend == "echo" and self.backend_url:
@@ -692,7 +727,7 @@ class TransceiverConfig:
             raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
         if backend == "media-streams" and self.audio_rate is not None:
             raise ConfigError("--audio-rate", "media streams are 8000 Hz mu-law, always")
-        if backend not in NETWORK_BACKENDS:
+        if not takes_credentials(backend):
             self._check_network_only()
         if backend != "realtime":
             self._check_realtime_only()
@@ -709,7 +744,9 @@ class TransceiverConfig:
         }
         for flag, given in network_only.items():
             if given:
-                raise ConfigError(flag, f"only for --backend {' or '.join(NETWORK_BACKENDS)}")
+                raise ConfigError(
+                    flag, f"only for --backend {', '.join(NETWORK_BACKENDS)} or a plugin"
+                )
 
     def _check_realtime_only(self) -> None:
         """No option of the realtime backend is given to another."""
@@ -729,9 +766,44 @@ class TransceiverConfig:
         elif self.backend == "media-streams":
             self.media_streams_backend_config()
         elif self.backend == "websocket":
-            from transceiver.backends.websocket import WebSocketBackendConfig
+            self.websocket_backend_config()
 
-            WebSocketBackendConfig.from_options(self.backend_url or "", {})
+    @cached_property
+    def backend_plugin(self) -> tuple[str, BackendFactory] | None:
+        """(module:factory, the factory) of a plugin --backend, None for a built-in; imported
+        once (ConfigError naming --backend when it cannot be found or imported)."""
+        try:
+            reference = resolve(self.backend, BACKENDS)
+        except PluginError as exc:
+            raise ConfigError("--backend", str(exc)) from None
+        if reference is None:
+            return None
+        try:
+            return reference, load_factory(reference)
+        except PluginError as exc:
+            raise ConfigError("--backend", self._plugin_message(exc)) from None
+
+    def _plugin_message(self, exc: PluginError) -> str:
+        """A plugin's error, led by the name it was given as (an entry point's)."""
+        return str(exc) if is_reference(self.backend) else f"{self.backend}: {exc}"
+
+    def backend_options(self) -> BackendOptions:
+        """What a plugin's factory gets: the backend options as set."""
+        return BackendOptions(
+            url=self.backend_url,
+            key=self.backend_key,
+            ca_file=self.backend_ca_file,
+            audio_format=self.audio_format,
+            sample_rate=self.audio_rate,
+        )
+
+    def websocket_backend_config(self) -> WebSocketBackendConfig:
+        """The websocket backend's configuration (ValueError on a bad URL)."""
+        from transceiver.backends.websocket import WebSocketBackendConfig
+
+        return WebSocketBackendConfig(
+            url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
+        )
 
     def realtime_backend_config(self) -> RealtimeBackendConfig:
         """The realtime backend's configuration (ValueError on a bad URL)."""
@@ -759,7 +831,14 @@ class TransceiverConfig:
         )
 
     def make_backend(self) -> Backend:
-        """The backend --backend names, built from its options."""
+        """The backend --backend names, built from its options (a plugin's factory is called
+        here, once: ConfigError naming --backend when it fails)."""
+        if self.backend_plugin is not None:
+            reference, factory = self.backend_plugin
+            try:
+                return build(factory, self.backend_options(), reference)
+            except PluginError as exc:
+                raise ConfigError("--backend", self._plugin_message(exc)) from None
         if self.backend == "media-streams":
             from transceiver.backends.media_streams import MediaStreamsBackend
 
@@ -769,7 +848,9 @@ class TransceiverConfig:
 
             return RealtimeBackend(self.realtime_backend_config())
         if self.backend == "websocket":
-            return create_backend("websocket", self.backend_url)
+            from transceiver.backends.websocket import WebSocketBackend
+
+            return WebSocketBackend(self.websocket_backend_config())
         rate = {} if self.audio_rate is None else {"sample_rate": self.audio_rate}
         return create_backend("echo", audio_format=self.audio_format, **rate)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+from pathlib import Path
 
 import click
 import pytest
@@ -20,6 +21,7 @@ from transceiver.config import BACKEND_KEY_ENV
 UP_OPTIONS = {name for param in cli.up.params for name in param.opts} | {"--help"}
 REALTIME = ["--backend", "realtime", "--backend-url", "ws://127.0.0.1:9/v1/realtime?model=m"]
 KEY = "sk-model-server-" + "k" * 24
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def run_up(args: list[str], env: dict[str, str] | None = None):
         (["--backend", "websocket", "--backend-url", "ws://b/", "--audio-rate", "16000"],
          "--audio-rate: a websocket backend chooses its rate per call"),
         (["--backend-key-file", "/etc/hostname"], "--backend-key-file: only for --backend "
-         "realtime"),
+         "websocket, realtime"),
         ([*REALTIME, "--backend-key-file", "/nonexistent"], "--backend-key-file: cannot read"),
         ([*REALTIME, "--realtime-session-file", "/nonexistent"], "--realtime-session-file: "
          "cannot read /nonexistent"),
@@ -78,6 +80,20 @@ def test_a_backend_mistake_is_one_line_naming_the_option(nothing_starts, args, s
     assert "Traceback" not in result.output and "python -m" not in result.output
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", result.output))
     assert named <= UP_OPTIONS, f"names options `up` does not have: {named - UP_OPTIONS}"
+
+
+def test_a_plugin_refusing_its_options_fails_up_before_a_start(nothing_starts, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES / "backend_plugin"))
+    plugin = ["--backend", "rtcedge_delay:make_backend"]
+    result = run_up([*plugin, "--backend-url", "ws://b/"])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines()[-1] == (
+        "Error: --backend: rtcedge_delay:make_backend: the delay backend takes no --backend-url, "
+        "key or --audio-format opus"
+    )
+    assert "python -m" not in result.output
+    missing = run_up(["--backend", "rtcedge_delay:nope"])
+    assert "Error: --backend: rtcedge_delay:nope: rtcedge_delay has no 'nope'" in missing.output
 
 
 def test_agent_refuses_a_backend_url_from_the_environment_too(nothing_starts):

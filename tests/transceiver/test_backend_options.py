@@ -51,7 +51,7 @@ def config(monkeypatch, args: list[str], env: dict[str, str] | None = None):
         (
             ["--backend-ca-file", "/etc/hostname"],
             "--backend-ca-file",
-            "only for --backend realtime",
+            "only for --backend websocket, realtime, media-streams or a plugin",
         ),
         ([*REALTIME, "--backend-ca-file", "/etc/hostname"], "--backend-url", "wss"),
         ([*REALTIME, "--backend-key-file", "/nonexistent"], "--backend-key-file", "cannot read"),
@@ -78,9 +78,8 @@ def test_realtime_only_options_are_refused_elsewhere(tmp_path):
     key = tmp_path / "key"
     key.write_text("sk-" + "k" * 40 + "\n")
     result = run([*BASE, "--backend-key-file", str(key)])
-    assert (
-        result.exit_code == 2 and "--backend-key-file: only for --backend realtime" in result.output
-    )
+    assert result.exit_code == 2
+    assert "--backend-key-file: only for --backend websocket, realtime" in result.output
 
 
 def test_the_realtime_backend_is_built_from_its_files(monkeypatch, tmp_path):
@@ -152,7 +151,7 @@ def test_the_echo_backend_takes_a_rate(monkeypatch):
     assert cfg.audio_rate == 16000 and backend.sample_rate == 16000
 
 
-def test_the_media_streams_backend_takes_the_key_and_the_ca_others_refuse_them(monkeypatch):
+def test_the_network_backends_take_the_key_and_the_ca_the_echo_refuses_them(monkeypatch):
     cfg = config(monkeypatch, MEDIA_STREAMS, {"RTCEDGE_BACKEND_KEY": "sk-bot"})
     backend = cfg.make_backend()
     assert backend.name == "media-streams" and backend.config.bearer == "sk-bot"
@@ -160,6 +159,19 @@ def test_the_media_streams_backend_takes_the_key_and_the_ca_others_refuse_them(m
     secure = ["--backend", "media-streams", "--backend-url", "wss://bot.example/twilio"]
     cfg = config(monkeypatch, [*secure, "--backend-ca-file", "/etc/hostname"])
     assert cfg.media_streams_backend_config().ca_file == "/etc/hostname"
-    websocket = ["--backend", "websocket", "--backend-url", "ws://b/"]
-    result = run([*BASE, *websocket, "--backend-ca-file", "/etc/hostname"])
-    assert "only for --backend realtime or media-streams" in result.output
+    cfg = config(monkeypatch, ["--backend", "websocket", "--backend-url", "ws://b/"])
+    backend = cfg.make_backend()
+    assert backend.name == "websocket" and backend.config.bearer == "sk-bot"
+    assert backend.config.headers() == {"Authorization": "Bearer sk-bot"}
+    assert "sk-bot" not in repr(backend.config)
+    websocket = ["--backend", "websocket", "--backend-url", "wss://b/"]
+    cfg = config(monkeypatch, [*websocket, "--backend-ca-file", "/etc/hostname"])
+    assert cfg.websocket_backend_config().ca_file == "/etc/hostname"
+    monkeypatch.delenv("RTCEDGE_BACKEND_KEY")
+    plain = ["--backend", "websocket", "--backend-url", "ws://b/"]
+    result = run([*BASE, *plain, "--backend-ca-file", "/etc/hostname"])
+    assert "--backend-url: a CA file is for wss:// backend urls" in result.output
+    result = run([*BASE, "--backend-ca-file", "/etc/hostname"])
+    assert "--backend-ca-file: only for --backend websocket, realtime, media-streams" in (
+        result.output
+    )

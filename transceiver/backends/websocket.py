@@ -4,7 +4,9 @@ Binary messages are audio, both ways: PCM16 LE mono 48 kHz in whole 20 ms frames
 backend picks the ``rtcedge.opus`` WebSocket subprotocol at the upgrade, Opus packets (toward
 the backend each behind a 6-byte header: RTP sequence number and timestamp). Text messages are
 JSON objects, both ways. The transceiver speaks first (``session.start``) and last
-(``session.end``). Full wire protocol: docs/backend-protocol.md.
+(``session.end``). The operator's key goes as ``Authorization: Bearer`` on the upgrade, and a
+``wss://`` backend is checked against the system's CAs or a CA file of the operator's. Full wire
+protocol: docs/backend-protocol.md.
 
 Toward the backend nothing ever waits on the network in the caller's path: ``audio_in`` and
 ``event_in`` append to a bounded outbox that one sender task drains, so a slow or stalled backend
@@ -18,10 +20,11 @@ import asyncio
 import json
 import logging
 import math
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import aiohttp
@@ -83,6 +86,8 @@ class WebSocketBackendConfig:
     """Everything the websocket backend needs; validated once, at start."""
 
     url: str  # ws:// or wss://; the session id is added as the query parameter ``session_id``
+    bearer: str | None = field(default=None, repr=False)  # sent as Authorization: Bearer
+    ca_file: str | None = None  # wss: the CA bundle that signs the backend (default: the system's)
     connect_timeout_s: float = 5.0  # TCP + TLS + HTTP upgrade + sending session.start
     max_queued_frames: int = 50  # caller audio waiting for the socket (50 = 1 s); oldest dropped
     max_queued_events: int = 256  # caller events waiting for the socket; oldest dropped
@@ -91,12 +96,7 @@ class WebSocketBackendConfig:
     max_message_bytes: int = 4 * 1024 * 1024  # largest message accepted from the backend
 
     def __post_init__(self) -> None:
-        try:
-            url = URL(self.url)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"backend url {self.url!r} is not a URL: {exc}") from None
-        if url.scheme not in ("ws", "wss") or not url.host:
-            raise ValueError(f"backend url must be ws://HOST... or wss://HOST..., got {self.url!r}")
+        self._check_url()
         for name in ("connect_timeout_s", "close_timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if value is None and name == "heartbeat_s":
@@ -107,6 +107,27 @@ class WebSocketBackendConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"backend option {name} must be an integer >= 1, got {value!r}")
+
+    def _check_url(self) -> None:
+        try:
+            url = URL(self.url)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"backend url {self.url!r} is not a URL: {exc}") from None
+        if url.scheme not in ("ws", "wss") or not url.host:
+            raise ValueError(f"backend url must be ws://HOST... or wss://HOST..., got {self.url!r}")
+        if self.ca_file is not None and url.scheme != "wss":
+            raise ValueError("a CA file is for wss:// backend urls")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """wss: the TLS context that checks the backend (against ``ca_file``, or the system's
+        CAs); None for ws."""
+        if URL(self.url).scheme != "wss":
+            return None
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def headers(self) -> dict[str, str]:
+        """The upgrade request's own headers: the bearer, when there is one."""
+        return {"Authorization": f"Bearer {self.bearer}"} if self.bearer else {}
 
     @classmethod
     def from_options(cls, url: str, options: dict[str, Any]) -> WebSocketBackendConfig:
@@ -402,6 +423,7 @@ class WebSocketBackend(Backend):
 
     def __init__(self, config: WebSocketBackendConfig) -> None:
         self.config = config
+        self._ssl = config.ssl_context()  # once: loading a CA bundle is not free
         self._http: aiohttp.ClientSession | None = None
         self._sessions: set[WebSocketSession] = set()
         self._closed = False
@@ -434,9 +456,11 @@ class WebSocketBackend(Backend):
                 ws = await self._http.ws_connect(
                     url,
                     protocols=tuple(SUBPROTOCOLS),
+                    headers=cfg.headers(),
                     autoping=True,
                     heartbeat=cfg.heartbeat_s,
                     max_msg_size=cfg.max_message_bytes,
+                    ssl=self._ssl if self._ssl is not None else True,
                 )
                 audio_format, sample_rate = SUBPROTOCOLS.get(
                     ws.protocol or "", (PCM16, AUDIO_SAMPLE_RATE)
@@ -485,13 +509,21 @@ def calls_client() -> aiohttp.ClientSession:
     )
 
 
+# What an upgrade refused with these statuses most likely means, for the log line of the call.
+REFUSED_HINTS = {
+    401: " (a missing or wrong key: --backend-key-file or RTCEDGE_BACKEND_KEY)",
+    403: " (the key is not allowed: --backend-key-file or RTCEDGE_BACKEND_KEY)",
+}
+
+
 def connect_failure(exc: BaseException, url: str, timeout_s: float) -> BaseException:
     """What to raise when a backend's WebSocket did not open: a BackendError saying why, or
     ``exc`` itself when it is not about the connection (a cancellation, a bug)."""
     if isinstance(exc, TimeoutError):
         return BackendError(f"backend {url} did not accept the call within {timeout_s} s")
     if isinstance(exc, aiohttp.WSServerHandshakeError):
-        return BackendError(f"backend {url} refused the WebSocket upgrade: HTTP {exc.status}")
+        hint = REFUSED_HINTS.get(exc.status, "")
+        return BackendError(f"backend {url} refused the WebSocket upgrade: HTTP {exc.status}{hint}")
     if isinstance(exc, aiohttp.ClientError | OSError):
         return BackendError(f"cannot reach backend {url}: {exc}")
     return exc

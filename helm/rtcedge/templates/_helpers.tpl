@@ -431,3 +431,22 @@ those as plain string prefixes). Call with one entry of transceiver.ingress.host
 {{- end }}
 {{- toJson ($hosts | uniq) }}
 {{- end }}
+
+{{/* Refuses backend credentials that cannot work: a key or a CA for the echo (which dials
+nothing), a CA from two places, a CA for a backendUrl that is not wss://. */}}
+{{- define "rtcedge.transceiver.backendCredentialsCheck" -}}
+{{- $t := .Values.transceiver }}
+{{- $ca := or $t.backendTls.caSecret $t.backendTls.caConfigMap }}
+{{- if and (eq $t.backend "echo") $t.backendKeySecret.existingSecret }}
+{{- fail "transceiver.backendKeySecret: the echo backend dials nothing and takes no key" }}
+{{- end }}
+{{- if and $t.backendTls.caSecret $t.backendTls.caConfigMap }}
+{{- fail "transceiver.backendTls: set caSecret or caConfigMap, not both" }}
+{{- end }}
+{{- if and $ca (eq $t.backend "echo") }}
+{{- fail "transceiver.backendTls: the echo backend dials nothing and takes no CA" }}
+{{- end }}
+{{- if and $ca $t.backendUrl (not (hasPrefix "wss://" $t.backendUrl)) }}
+{{- fail "transceiver.backendTls: the CA is for a wss:// (TLS) transceiver.backendUrl" }}
+{{- end }}
+{{- end }}

@@ -33,8 +33,8 @@ from typing import Any
 import pcm
 import realtime_events as rt
 from aiohttp import WSCloseCode, WSMsgType, web
-from conversation import STAND_INS, AgentConfig, Conversation, Recognize, Synthesize
-from speech import Recognizer, Synthesizer
+from conversation import STAND_INS, AgentConfig, Conversation, Recognize, SpeechEnd, Synthesize
+from speech import OUTPUT_HZ, Recognizer, Synthesizer
 from turns import VoiceActivity
 
 log = logging.getLogger("voice_agent")
@@ -42,6 +42,15 @@ log = logging.getLogger("voice_agent")
 PATH = "/v1/realtime"
 MAX_MESSAGE_BYTES = 24 * 1024 * 1024  # a 15 MiB append is 20 MiB of base64: refused in-band
 AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size and its peak
+# The ``--log-events`` lines of a turn's moments inside the agent (``dir`` ``turn``), in order;
+# the first ``response.output_audio.delta`` line out of the response follows them.
+TURN_MARKS = (
+    "turn.speech_stopped",  # the voice activity detector declared the end of the turn
+    "turn.recognition_started",  # pocketsphinx began on the turn's audio (its thread)
+    "turn.recognition_done",  # ... and returned its transcript
+    "turn.synthesis_started",  # espeak-ng began on the answer (its thread)
+    "turn.synthesis_audio",  # ... and gave its first audio (espeak-ng: all of it at once)
+)
 
 
 def summary(event: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +76,9 @@ def summary(event: dict[str, Any]) -> dict[str, Any]:
 
 class EventLog:
     """``--log-events``: one JSON line per event received or sent, with its wall-clock time
-    (``t``): when the WebSocket handed the message over, or just before it was sent."""
+    (``t``): when the WebSocket handed the message over, or just before it was sent; and one
+    per moment of a turn inside the agent (``dir`` ``turn``, ``TURN_MARKS``), which no event
+    shows: where ``rtcedge bench turn`` splits the latency of a turn."""
 
     def __init__(self, path: Path) -> None:
         self._file = path.open("a", buffering=1)
@@ -86,6 +97,23 @@ class EventLog:
         if event["type"] == "conversation.item.truncated":  # the transcript as cut
             line["transcript"] = core.transcript_of(event["item_id"])
         self._write(call, "out", line, t)
+
+    def turn(self, call: str, mark: str, t: float, **fields: Any) -> None:
+        """A moment of a turn (one of ``TURN_MARKS``) at wall time ``t``."""
+        self._write(call, "turn", {"type": mark, **fields}, t)
+
+    def speech_end(self, call: str, end: SpeechEnd) -> None:
+        """The detector's decision; its times moved from the monotonic clock to the wall's."""
+        offset = time.time() - time.monotonic()
+        self.turn(
+            call,
+            "turn.speech_stopped",
+            end.at + offset,
+            item_id=end.item_id,
+            speech_end_ms=end.speech_end_ms,
+            detected_ms=end.detected_ms,
+            last_voiced_t=end.last_voiced_at + offset,
+        )
 
     def _write(self, call: str, direction: str, fields: dict[str, Any], t: float) -> None:
         line = {"t": t, "call": call, "dir": direction, **fields}
@@ -116,11 +144,22 @@ class Agent:
 AGENT = web.AppKey("agent", Agent)
 
 
-def timed(work: Any, argument: Any) -> tuple[Any, float]:
-    """``work(argument)`` and how long it took (ms), measured in the worker thread."""
-    started = time.monotonic()
+@dataclasses.dataclass(frozen=True)
+class Timed:
+    """A job's result and its times, taken in the worker thread that ran it."""
+
+    result: Any
+    ms: float  # how long it took (the monotonic clock)
+    started_t: float  # wall clock (``time.time()``), for the event log
+    ended_t: float
+
+
+def timed(work: Any, argument: Any) -> Timed:
+    """``work(argument)``, timed in the worker thread."""
+    started_t, started = time.time(), time.monotonic()
     result = work(argument)
-    return result, (time.monotonic() - started) * 1000
+    ms = (time.monotonic() - started) * 1000
+    return Timed(result, ms, started_t, time.time())
 
 
 class Call:
@@ -160,6 +199,9 @@ class Call:
     async def flush(self, wake: bool = True) -> None:
         """Send the conversation's events and start the jobs it asked for."""
         events = self.core.events_to_send()
+        for end in self.core.speech_ends_to_log():
+            if self.agent.events:
+                self.agent.events.speech_end(self.tag, end)
         for job in self.core.jobs_to_run():
             task = asyncio.create_task(self._run_job(job))
             self._tasks.add(task)
@@ -187,29 +229,48 @@ class Call:
             await self.flush(wake=False)
 
     async def _run_job(self, job: Recognize | Synthesize) -> None:
-        loop = asyncio.get_running_loop()
+        if isinstance(job, Recognize):
+            done = await self._work(job, "recognition", item_id=job.item_id)
+            transcript = done.result if done is not None else ""
+            if done is not None and self.agent.events:
+                self.agent.events.turn(
+                    self.tag, "turn.recognition_done", done.ended_t, item_id=job.item_id,
+                    transcript=transcript,
+                )  # fmt: skip
+            ms = done.ms if done is not None else 0.0
+            self.core.recognized(job.item_id, transcript, ms, time.monotonic())
+        else:
+            done = await self._work(
+                job, "synthesis", response_id=job.response_id, item_id=job.item_id
+            )
+            audio = done.result if done is not None else b""
+            if done is not None and self.agent.events:
+                self.agent.events.turn(
+                    self.tag, "turn.synthesis_audio", done.ended_t, response_id=job.response_id,
+                    item_id=job.item_id, audio_ms=pcm.duration_ms(audio, OUTPUT_HZ),
+                )  # fmt: skip
+            ms = done.ms if done is not None else 0.0
+            self.core.synthesized(job.response_id, audio, ms, time.monotonic())
+        await self.flush()
+
+    async def _work(self, job: Recognize | Synthesize, stage: str, **ids: Any) -> Timed | None:
+        """The job in its pool's thread, its start logged (``turn.<stage>_started``, the time
+        the thread took it up); None if it failed (logged)."""
         agent = self.agent
         if isinstance(job, Recognize):
             assert agent.recognizer is not None
-            try:
-                transcript, ms = await loop.run_in_executor(
-                    agent.asr_pool, timed, agent.recognizer.transcribe, job.audio
-                )
-            except Exception:
-                log.exception("call %s: recognition failed", self.tag)
-                transcript, ms = "", 0.0
-            self.core.recognized(job.item_id, transcript, ms, time.monotonic())
+            pool, work, argument = agent.asr_pool, agent.recognizer.transcribe, job.audio
         else:
             assert agent.synthesizer is not None
-            try:
-                audio, ms = await loop.run_in_executor(
-                    agent.tts_pool, timed, agent.synthesizer.speak, job.text
-                )
-            except Exception:
-                log.exception("call %s: synthesis failed", self.tag)
-                audio, ms = b"", 0.0
-            self.core.synthesized(job.response_id, audio, ms, time.monotonic())
-        await self.flush()
+            pool, work, argument = agent.tts_pool, agent.synthesizer.speak, job.text
+        try:
+            done = await asyncio.get_running_loop().run_in_executor(pool, timed, work, argument)
+        except Exception:
+            log.exception("call %s: %s failed", self.tag, stage)
+            return None
+        if agent.events:
+            agent.events.turn(self.tag, f"turn.{stage}_started", done.started_t, **ids)
+        return done
 
 
 def authorized(header: str, key: str) -> bool:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from yarl import URL
 
 from bench.harness.bounds import Deadline
 from bench.harness.cli import Echo, out_option, run_and_report
@@ -50,9 +51,10 @@ from bench.harness.pinning import own_cpus_restored, pin_process
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import QUICK_SKIP
+from bench.loopback_capture import Capture, CaptureThread, Ports
 from bench.plots.turn import turn_figure
 from bench.realtime import read_log
-from bench.realtime_latency import session_tag
+from bench.realtime_latency import DOWNLINK_STAGES, Wire, downlink_stages, session_tag, spread
 from bench.sessions import (
     parse_sessions,
     plan_cpus,
@@ -63,7 +65,7 @@ from bench.sessions import (
 from bench.turn_split import PARTS, agent_sessions, call_turns, summarize
 from testbed.caller_workers import SPEECH, connect, hang_up, start_workers, timings
 from testbed.callers import RATE, speech_packets
-from testbed.procfs import core_pct, process_cpu_ns
+from testbed.procfs import core_pct, descendants, process_cpu_ns
 from testbed.voice_agent import VoiceAgentProcess, agent_missing, spoken
 
 # pocketsphinx hears it well enough; it ends on a loud vowel, then espeak-ng's own silence: the
@@ -81,7 +83,7 @@ METHOD = {
     "packet (the last append with audio_peak >= AUDIBLE_PEAK within 0.5 s)",
     "decided": "agent: the append that completed the silence was read and its detector declared "
     "the end (turn.speech_stopped)",
-    "recognition_started/done": "agent: pocketsphinx began / returned, in its thread",
+    "recognition_started/done": "agent: pocketsphinx began / returned, in its process",
     "synthesis_started/audio": "agent: espeak-ng began / its audio came back (all at once), in "
     "its thread",
     "first_delta": "agent: the answer's first response.output_audio.delta, about to be written",
@@ -114,8 +116,12 @@ class TurnStep:
     errors: list[str] = field(default_factory=list)
     load_before: float = 0.0  # the 1-minute load average
     load_after: float = 0.0
-    agent_cpu_pct: float = 0.0  # its own threads (espeak-ng's processes not counted)
+    agent_cpu_pct: float = 0.0  # its threads and its recognition process (not espeak-ng's)
     unpaired_calls: int = 0  # whose agent session could not be named
+    # With the loopback capture: the downlink by hop (the agent's write, the transceiver's
+    # part, the relay's, the caller's), p50/p95 over the turns; or why there is none.
+    downlink_stages_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    capture: dict[str, Any] = field(default_factory=dict)
     sessions_active_after: float = 0.0
     ok: bool = False
     summary: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +133,7 @@ class Rig:
     """What the steps run against."""
 
     trx: Any
+    relay: Any
     agent: VoiceAgentProcess
     agent_log: Path
     workers: list[Any]
@@ -142,6 +149,7 @@ def run_step(n: int, cfg: TurnConfig, rig: Rig) -> TurnStep:
     shares = share_out(n, rig.workers)
     log_from = rig.agent_log.stat().st_size
     since = time.time()
+    capture = start_capture(step, rig)  # before the calls: it must see each WebSocket open
     interrupted = False
     try:
         replies = connect(
@@ -152,15 +160,19 @@ def run_step(n: int, cfg: TurnConfig, rig: Rig) -> TurnStep:
         step.errors = sorted({c["error"] for c in calls if c["error"]})[:5]
         if step.connected == n:
             pin_process(rig.trx.proc.pid, rig.cpus["transceiver"])  # the calls' new threads
-            cpu_a, wall_a = process_cpu_ns(rig.agent.proc.pid)[0], time.monotonic()
+            cpu_a, wall_a = agent_cpu_ns(rig.agent), time.monotonic()
             time.sleep(cfg.turns * cfg.turn_s + 0.5)
-            cpu_b, wall_b = process_cpu_ns(rig.agent.proc.pid)[0], time.monotonic()
+            cpu_b, wall_b = agent_cpu_ns(rig.agent), time.monotonic()
             step.agent_cpu_pct = core_pct(cpu_b - cpu_a, wall_b - wall_a)
-            split(step, timings(list(shares), since), read_log(rig.agent_log, log_from), cfg)
+            wire = stop_capture(step, capture)
+            lines = read_log(rig.agent_log, log_from)
+            split(step, timings(list(shares), since), lines, cfg, wire)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no goodbyes, the workers are stopped by PID
         interrupted = True
         raise
     finally:
+        if capture is not None:
+            capture.stop()
         if not interrupted:
             hang_up(list(shares))
     step.sessions_active_after = wait_sessions_ended(rig.trx, cfg.drain_timeout_s)
@@ -169,18 +181,63 @@ def run_step(n: int, cfg: TurnConfig, rig: Rig) -> TurnStep:
     return step
 
 
+def agent_cpu_ns(agent: VoiceAgentProcess) -> int:
+    """The agent's CPU time so far: its threads and its children's (the recognition process;
+    an espeak-ng that ran and ended is not counted)."""
+    assert agent.proc is not None
+    pids = [agent.proc.pid, *descendants(agent.proc.pid)]
+    return sum(process_cpu_ns(pid)[0] for pid in pids)
+
+
+def start_capture(step: TurnStep, rig: Rig) -> CaptureThread | None:
+    """The loopback capture of a step; None where this process may not (said in the step)."""
+    ports = Ports(rig.relay.port, rig.trx.media_port, URL(rig.agent.url).port or 0)
+    capture = CaptureThread(Capture(ports))
+    if not capture.start():
+        step.capture = {"error": capture.error}
+        return None
+    return capture
+
+
+def stop_capture(step: TurnStep, capture: CaptureThread | None) -> Wire | None:
+    """Stop the capture; what it saw, for the downlink's hops."""
+    if capture is None:
+        return None
+    capture.stop()
+    seen = capture.capture
+    sessions = {tag: (c.appends, c.deltas) for tag, c in seen.by_session().items()}
+    step.capture = {"error": capture.error, "rtp_packets": seen.packets, "cpu_s": capture.cpu_s}
+    return Wire(seen.rtp, sessions)
+
+
 def split(
-    step: TurnStep, replies: list[dict[str, Any]], lines: list[dict[str, Any]], cfg: TurnConfig
+    step: TurnStep,
+    replies: list[dict[str, Any]],
+    lines: list[dict[str, Any]],
+    cfg: TurnConfig,
+    wire: Wire | None,
 ) -> None:
-    """Each call's turns split against its agent session's log lines, then all summed up."""
+    """Each call's turns split against its agent session's log lines, then all summed up; with
+    the capture, each turn's downlink by hop (``bench.realtime_latency.downlink_stages``)."""
     sessions = agent_sessions(lines)
+    hops: dict[str, list[float]] = {name: [] for name in DOWNLINK_STAGES}
     for reply in replies:
         for c in reply["calls"]:
-            session = sessions.get(session_tag(c["first_event_id"]) or "")
+            tag = session_tag(c["first_event_id"]) or ""
+            session = sessions.get(tag)
             step.unpaired_calls += session is None
+            onsets = {o[0]: o for o in c["onsets"]}
             for i, t in enumerate(call_turns(c, session, cfg.turns)):
+                if wire is not None and tag in wire.sessions and "total_ms" in t:
+                    down = [(t["moments"]["first_delta"], t["moments"]["caller_heard"])]
+                    by_hop = downlink_stages(c, down, onsets, wire, tag)["downlink_stages_ms"]
+                    t["downlink_stages_ms"] = {k: v[0] for k, v in by_hop.items() if v}
+                    for name, value in t["downlink_stages_ms"].items():
+                        hops[name].append(value)
                 step.turns.append({"call": c["id"], "turn": i + 1, **t})
     step.summary = summarize(step.turns)
+    if wire is not None:
+        step.downlink_stages_ms = {name: spread(values) for name, values in hops.items()}
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -208,10 +265,10 @@ def start_rig(cfg: TurnConfig, stack: contextlib.ExitStack, tmp: Path, notes: li
     env = {"RTCEDGE_BACKEND_KEY": agent.key}  # never a command line
     log: collections.deque[str] = collections.deque(maxlen=200)
     max_calls = max(cfg.calls) + 5
-    (trx,), _relay = start_relay_and([backend], max_calls, stack, cpus, [log], notes, [env])
+    (trx,), relay = start_relay_and([backend], max_calls, stack, cpus, [log], notes, [env])
     workers = start_workers(1, cfg.max_seconds + 60, tmp, stack)
     pin_process(workers[0].pid, cpus["clients"])
-    return Rig(trx, agent, events, workers, speech, cpus)
+    return Rig(trx, relay, agent, events, workers, speech, cpus)
 
 
 def run(cfg: TurnConfig, echo: Echo = click.echo) -> dict[str, Any]:
@@ -257,9 +314,9 @@ def run(cfg: TurnConfig, echo: Echo = click.echo) -> dict[str, Any]:
 
 
 # -- report ----------------------------------------------------------------------------------------
-def _p(d: dict[str, Any]) -> str:
+def _p(d: dict[str, Any], pattern: str = "{:.0f}") -> str:
     def f(v: Any) -> str:
-        return "-" if v is None or v != v else f"{v:.0f}"
+        return "-" if v is None or v != v else pattern.format(v)
 
     return f"{f(d.get('p50'))}/{f(d.get('p95'))}"
 
@@ -310,6 +367,15 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
                 f"N={s['calls']} by stage, p50/p95 ms: "
                 + ", ".join(f"{k.replace('_', ' ')} {_p(v)}" for k, v in stages.items())
             )
+        hops = s.get("downlink_stages_ms") or {}
+        if (hops.get("transceiver") or {}).get("n"):
+            echo(
+                f"N={s['calls']} downlink by hop (loopback capture), p50/p95 ms: "
+                + ", ".join(f"{k} {_p(v, '{:.1f}')}" for k, v in hops.items())
+                + f" (n={hops['transceiver']['n']:.0f})"
+            )
+        elif (s.get("capture") or {}).get("error"):
+            echo(f"N={s['calls']} downlink by hop: none ({s['capture']['error']})")
         vad = summary.get("vad") or {}
         if (vad.get("silence_ms") or {}).get("n"):
             echo(
@@ -335,9 +401,9 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     echo(
         "total: the caller's last packet with sound sent -> the first packet with sound of the "
         "answer handed to it. vad wait: the agent read that packet -> its detector declared "
-        "the end; recognition, synthesis: in their threads; transport: uplink (caller -> agent) "
-        "+ downlink (agent's first delta -> caller), through the transceiver and the relay; "
-        "agent waits: the recognizer's queue and the hand-overs between the agent's threads; "
+        "the end; recognition (its process), synthesis (its thread); transport: uplink (caller "
+        "-> agent) + downlink (agent's first delta -> caller), through the transceiver and the "
+        "relay; agent waits: the recognizer's queue and the agent's hand-overs between them; "
         "residual: total - every stage. p95 of a few turns is their largest."
     )
     if cfg.get("quick"):

@@ -12,7 +12,7 @@ process of the run reads the same one):
                       ``MAX_UPLINK_S`` of the mark (the same rule on the same packet, decoded
                       by the transceiver), the agent's ``--log-events`` ``in`` line
     agent    decided  its voice activity detector declared the end (``turn.speech_stopped``)
-    agent    asr      recognition started / done in its thread (``turn.recognition_*``)
+    agent    asr      recognition started / done in its process (``turn.recognition_*``)
     agent    tts      synthesis started / gave its first audio (``turn.synthesis_*``)
     agent    sent     the answer's first ``response.output_audio.delta`` about to be written
                       to its WebSocket (its ``out`` line)
@@ -25,7 +25,7 @@ check of that. Grouped as issue 23 names them (``PARTS``): VAD wait (heard -> de
 caller's speech end, less the uplink's transport), recognition, synthesis, transport (uplink:
 caller sent -> agent heard; downlink: agent sent -> caller heard, through the transceiver and
 the relay both ways, and the measuring ends' own hand-overs), and the agent's waits between
-them (the recognizer's queue, the hand-overs between its threads and its event loop), which
+them (the recognizer's queue, the hand-overs between its event loop, threads and process), which
 the four would otherwise hide.
 
 A turn one of whose moments is missing is counted by the first one missing

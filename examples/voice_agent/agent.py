@@ -6,9 +6,9 @@ over WebSocket, answering each spoken turn with "you said ..." in speech.
 
 Clients connect to ``ws://HOST:PORT/v1/realtime?model=...`` (with ``Authorization: Bearer KEY``
 when ``--key-file`` is given). This file is the I/O around ``conversation.Conversation``: the
-WebSocket, the clock that paces the answer's audio, and the worker threads where pocketsphinx
-and espeak-ng run. It prints ``ready ws://...`` once it accepts calls; SIGTERM or Ctrl-C closes
-every call (WebSocket close 1001) and exits. See README.md beside it.
+WebSocket, the clock that paces the answer's audio, the worker threads where espeak-ng runs and
+the process where pocketsphinx does. It prints ``ready ws://...`` once it accepts calls; SIGTERM
+or Ctrl-C closes every call (WebSocket close 1001) and exits. See README.md beside it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pcm
 import realtime_events as rt
 from aiohttp import WSCloseCode, WSMsgType, web
 from conversation import STAND_INS, AgentConfig, Conversation, Recognize, SpeechEnd, Synthesize
-from speech import OUTPUT_HZ, Recognizer, Synthesizer
+from speech import OUTPUT_HZ, RecognitionProcess, Synthesizer, Timed, timed, transcribe
 from turns import VoiceActivity
 
 log = logging.getLogger("voice_agent")
@@ -46,7 +46,7 @@ AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size and its pe
 # the first ``response.output_audio.delta`` line out of the response follows them.
 TURN_MARKS = (
     "turn.speech_stopped",  # the voice activity detector declared the end of the turn
-    "turn.recognition_started",  # pocketsphinx began on the turn's audio (its thread)
+    "turn.recognition_started",  # pocketsphinx began on the turn's audio (its process)
     "turn.recognition_done",  # ... and returned its transcript
     "turn.synthesis_started",  # espeak-ng began on the answer (its thread)
     "turn.synthesis_audio",  # ... and gave its first audio (espeak-ng: all of it at once)
@@ -125,16 +125,13 @@ class EventLog:
 
 @dataclasses.dataclass
 class Agent:
-    """What every call shares: the answer's settings, the models, the worker threads."""
+    """What every call shares: the answer's settings, the models, their threads and process."""
 
     config: AgentConfig
     key: str | None
     events: EventLog | None
-    recognizer: Recognizer | None
+    recognizer: RecognitionProcess | None  # one decoder, one utterance at a time
     synthesizer: Synthesizer | None
-    asr_pool: ThreadPoolExecutor = dataclasses.field(
-        default_factory=lambda: ThreadPoolExecutor(1, "asr")  # one decoder, one thread
-    )
     tts_pool: ThreadPoolExecutor = dataclasses.field(
         default_factory=lambda: ThreadPoolExecutor(2, "tts")
     )
@@ -142,24 +139,6 @@ class Agent:
 
 
 AGENT = web.AppKey("agent", Agent)
-
-
-@dataclasses.dataclass(frozen=True)
-class Timed:
-    """A job's result and its times, taken in the worker thread that ran it."""
-
-    result: Any
-    ms: float  # how long it took (the monotonic clock)
-    started_t: float  # wall clock (``time.time()``), for the event log
-    ended_t: float
-
-
-def timed(work: Any, argument: Any) -> Timed:
-    """``work(argument)``, timed in the worker thread."""
-    started_t, started = time.time(), time.monotonic()
-    result = work(argument)
-    ms = (time.monotonic() - started) * 1000
-    return Timed(result, ms, started_t, time.time())
 
 
 class Call:
@@ -259,7 +238,7 @@ class Call:
         agent = self.agent
         if isinstance(job, Recognize):
             assert agent.recognizer is not None
-            pool, work, argument = agent.asr_pool, agent.recognizer.transcribe, job.audio
+            pool, work, argument = agent.recognizer, transcribe, job.audio
         else:
             assert agent.synthesizer is not None
             pool, work, argument = agent.tts_pool, agent.synthesizer.speak, job.text
@@ -368,7 +347,7 @@ async def serve(args: argparse.Namespace) -> None:
         config=AgentConfig(stand_in=args.stand_in, chunk_ms=args.chunk_ms, speed=args.speed),
         key=read_key(args.key_file) if args.key_file else None,
         events=EventLog(args.log_events) if args.log_events else None,
-        recognizer=None if stand_in else Recognizer(),  # loaded before "ready"
+        recognizer=None if stand_in else RecognitionProcess(),  # loaded before "ready"
         synthesizer=None if stand_in else Synthesizer(),
     )
     app = web.Application()
@@ -391,7 +370,8 @@ async def serve(args: argparse.Namespace) -> None:
     for ws in list(agent.calls):
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent stopping")
     await runner.cleanup()
-    agent.asr_pool.shutdown(wait=False, cancel_futures=True)
+    if agent.recognizer is not None:
+        agent.recognizer.shutdown(wait=False, cancel_futures=True)
     agent.tts_pool.shutdown(wait=False, cancel_futures=True)
     if agent.events:
         agent.events.close()

@@ -57,6 +57,11 @@ def test_quick_run_splits_every_turn_into_parts_that_add_up(tmp_path: Path) -> N
         assert abs(turn["residual_ms"]) <= TOLERANCE_MS
         assert turn["vad"]["silence_ms"] == 500, "the session's silence, on the audio clock"
         assert turn["transcript"] is not None and turn["response_id"]
+        if not step["capture"].get("error"):  # root (or CAP_NET_RAW): the downlink's hops
+            hops = turn["downlink_stages_ms"]
+            assert set(hops) == {"agent", "transceiver", "relay", "caller"}, turn
+            assert all(v >= 0 for v in hops.values()), hops
+            assert abs(sum(hops.values()) - stages["downlink"]) <= TOLERANCE_MS
     for key in ("total_ms", "residual_ms", *(f"parts_ms.{p}" for p in PARTS)):
         figures = summary
         for name in key.split("."):

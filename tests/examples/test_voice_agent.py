@@ -10,6 +10,8 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 
+from testbed.procfs import descendants
 from tests.support.voice_agent import agent_module, running_agent, spoken
 from tests.support.waits import run
 
@@ -399,3 +402,24 @@ def test_the_official_openai_client_talks_to_it(agent: Any, speech: bytes) -> No
 
     heard, said = run(body())
     assert heard and said == f"you said {heard.strip()}"
+
+
+def test_its_recognition_process_ends_with_it_even_when_it_is_killed() -> None:
+    with running_agent() as running:
+        children = descendants(running.process.pid)
+        assert children, "the recognition process (and multiprocessing's resource tracker)"
+        os.kill(running.process.pid, signal.SIGKILL)
+        running.process.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(pid) for pid in children):
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in children), [c for c in children if alive(c)]
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie, exited but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

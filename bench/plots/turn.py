@@ -69,4 +69,4 @@ def percentiles(ax: Axes, steps: list[dict[str, Any]]) -> None:
         [f"N={s['calls']}" for s in steps],
     )
     ax.set_ylabel("ms")
-    ax.set_title("per step: p50 (bars) and p95 (ticks) of each part", fontsize=9)
+    ax.set_title("each part per step: p50 (bars), p95 (ticks)", fontsize=9)

@@ -293,7 +293,12 @@ def run(cfg: TurnConfig, echo: Echo = click.echo) -> dict[str, Any]:
                 notes.append(f"stopped before N={n}: the run's deadline")
                 progress.skip(len(cfg.calls) - i)
                 break
-            steps.append(run_step(n, cfg, rig))
+            try:
+                steps.append(run_step(n, cfg, rig))
+            except (RuntimeError, OSError) as exc:  # report what was measured so far
+                notes.append(f"step N={n} aborted: {exc}")
+                progress.skip(len(cfg.calls) - i)
+                break
             progress.step(step_line(asdict(steps[-1])))
             if not steps[-1].ok:
                 notes.append(f"stopped at N={n}: {'; '.join(steps[-1].errors) or 'not ok'}")

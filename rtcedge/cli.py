@@ -283,6 +283,7 @@ BENCHMARKS = {
     "ssrc": ("bench.ssrc_flood", "ssrc_bench"),
     "tcp": ("bench.relay_tcp", "tcp_bench"),
     "tcp-flood": ("bench.relay_tcp_flood", "tcp_flood_bench"),
+    "turn": ("bench.turn", "turn_bench"),
 }
 
 

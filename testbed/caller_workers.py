@@ -12,6 +12,7 @@ benchmark's end of the pipe (e.g. ``bench/sessions.py``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import contextlib
 import gc
@@ -112,7 +113,9 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
     return inbound
 
 
-TONE, BEEPS = "tone", "beeps"  # what a call sends: DELAY_LEVELS' tone, or a beep a second
+# What a call sends: DELAY_LEVELS' tone, a beep a second, or speech in a loop (its packets and
+# the index of the one that ends the speech, from the benchmark: ``connect``'s ``speech``).
+TONE, BEEPS, SPEECH = "tone", "beeps", "speech"
 
 
 class EchoCall:
@@ -121,7 +124,10 @@ class EchoCall:
     ``audio`` ``beeps`` (``testbed.callers.beep_packets``): the sending of each beep's first
     packet is marked (``tone.marks``) and every sound heard after silence too (``echo.onsets``),
     for the realtime benchmark; the first event on the data channel is kept
-    (``first_event_id``: a Realtime server's names its session)."""
+    (``first_event_id``: a Realtime server's names its session). ``audio`` ``speech``: the
+    packets loop a sentence and silence, the packet at ``mark_at`` (the speech's last with
+    sound) is marked as it is sent, and every sound heard after silence is kept, unchecked (a
+    voice agent's answer is no tone): the turn benchmark's."""
 
     def __init__(
         self,
@@ -130,6 +136,7 @@ class EchoCall:
         packets: list[bytes],
         certificate: Any = None,
         audio: str = TONE,
+        mark_at: int | None = None,
     ) -> None:
         """``certificate``: a light caller's (``CallerWorker``), else stock aiortc."""
         # aiortc is imported in the worker processes only: the benchmark imports this module.
@@ -144,7 +151,7 @@ class EchoCall:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         if certificate is not None:
             use_certificate(self.pc, certificate)
-        self.tone = OpusToneTrack(packets, mark_at=0 if audio == BEEPS else None)
+        self.tone = OpusToneTrack(packets, mark_at=0 if audio == BEEPS else mark_at)
         self.pc.addTrack(self.tone)
         self.audio_clock: Any = None  # a light caller's own 20 ms clock
         if certificate is not None:
@@ -163,6 +170,7 @@ class EchoCall:
             hz,
             own_packets=packets if audio == TONE else (),
             sent_clock=(lambda: (tone._start, tone.frames_sent)) if audio == TONE else None,
+            check_tone=audio != SPEECH,
         )
         self.window_start = 0.0  # monotonic: the step's window began (its first mark)
         self.connected = asyncio.Event()
@@ -386,7 +394,12 @@ class CallerWorker:
 
     async def _connect(self, cmd: dict[str, Any]) -> None:
         self.url = cmd["url"]
-        audio = cmd.get("audio", TONE)
+        audio, mark_at = cmd.get("audio", TONE), None
+        if audio == SPEECH:  # the same speech for every call, encoded by the benchmark
+            speech = cmd["speech"]
+            mark_at = speech["mark_at"]
+            for _call_id, hz in cmd["calls"]:
+                self._packets[hz, audio] = [base64.b64decode(p) for p in speech["packets"]]
         for _call_id, hz in cmd["calls"]:  # encode before the offers: not part of the timing
             self._tone_packets(hz, audio)
         certificate = None
@@ -397,7 +410,8 @@ class CallerWorker:
                 self._certificate = SharedCertificate.generateCertificate()
             certificate = self._certificate
         new = [
-            EchoCall(i, hz, self._packets[hz, audio], certificate, audio) for i, hz in cmd["calls"]
+            EchoCall(i, hz, self._packets[hz, audio], certificate, audio, mark_at)
+            for i, hz in cmd["calls"]
         ]
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
@@ -554,14 +568,22 @@ def connect(
     light: bool = False,
     retries: int = 0,
     audio: str = TONE,
+    speech: tuple[list[bytes], int] | None = None,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
     (``CallerWorker``); ``retries``: a 503 is retried after its Retry-After, this many times;
-    ``audio``: what they send, ``tone`` or ``beeps`` (``EchoCall``)."""
+    ``audio``: what they send, ``tone``, ``beeps`` or ``speech`` (``EchoCall``), whose
+    (packets, index of the packet ending the speech) is ``speech``
+    (``testbed.callers.speech_packets``)."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
-        w.send({**message, "echo_s": echo_s, "light": light, "retries": retries, "audio": audio})
+        message |= {"echo_s": echo_s, "light": light, "retries": retries, "audio": audio}
+        if speech is not None:
+            packets, mark_at = speech
+            encoded = [base64.b64encode(p).decode() for p in packets]
+            message["speech"] = {"packets": encoded, "mark_at": mark_at}
+        w.send(message)
     return collect(list(shares), "connected", timeout_s + echo_s + 30)
 
 

@@ -123,6 +123,18 @@ DELAY_LEVELS = tuple(1.0 if bit else 0.5 for bit in DELAY_PATTERN)
 LEVEL_TAIL = 192  # samples (4 ms, a period of the lowest tone) at a frame's end: its level
 
 
+def opus_encoder(bitrate: int = 32000) -> Any:
+    """libopus for a caller's audio: 48 kHz mono PCM16, 20 ms frames, ``voip``."""
+    enc = av.CodecContext.create("libopus", "w")
+    enc.bit_rate = bitrate
+    enc.format = "s16"
+    enc.layout = "mono"
+    enc.sample_rate = RATE
+    enc.time_base = TIME_BASE
+    enc.options = {"application": "voip"}
+    return enc
+
+
 def opus_tone_packets(
     hz: int,
     amplitude: float = TONE_AMPLITUDE,
@@ -136,13 +148,7 @@ def opus_tone_packets(
     encoder has after a full period, which is the state it would have after the loop wraps.
     ``levels``: a factor on ``amplitude`` per frame of the loop (50 of them), e.g. DELAY_LEVELS.
     """
-    enc = av.CodecContext.create("libopus", "w")
-    enc.bit_rate = bitrate
-    enc.format = "s16"
-    enc.layout = "mono"
-    enc.sample_rate = RATE
-    enc.time_base = TIME_BASE
-    enc.options = {"application": "voip"}
+    enc = opus_encoder(bitrate)
     w = 2 * math.pi * hz / RATE
     a = 32767 * amplitude
     period = array.array("h", (int(a * math.sin(w * i)) for i in range(RATE)))
@@ -176,6 +182,38 @@ def beep_packets(hz: int) -> list[bytes]:
     """One second of ``BEEP_LEVELS``: 100 ms of a tone at ``hz`` then 900 ms of silence, as 50
     Opus packets (``opus_tone_packets``)."""
     return opus_tone_packets(hz, levels=BEEP_LEVELS)
+
+
+def speech_packets(pcm_48k: bytes, period_s: float) -> tuple[list[bytes], int]:
+    """Speech (PCM16 mono, 48 kHz: ``testbed.voice_agent.spoken``) then silence, ``period_s``
+    in all, as Opus packets of 20 ms to be sent in a loop (``OpusToneTrack``); and the index
+    of the packet that ends the speech: the last whose audio, decoded as the far end decodes
+    it, peaks at ``AUDIBLE_PEAK`` or more. Where the speech ends is told by that rule at both
+    ends (``rtcedge bench turn``): the frames after it are silent, the codec's ringing
+    included."""
+    frame_bytes = SAMPLES * 2
+    frames = max(1, round(period_s * RATE / SAMPLES))
+    if len(pcm_48k) > (frames - 1) * frame_bytes:
+        raise ValueError(f"the speech lasts {len(pcm_48k) / 2 / RATE:.2f} s: over the period")
+    pcm = pcm_48k.ljust(frames * frame_bytes, b"\0")
+    enc = opus_encoder()
+    packets: list[bytes] = []
+    for k in range(frames + 1):  # one more: the encoder's look-ahead holds the last frame
+        frame = av.AudioFrame(format="s16", layout="mono", samples=SAMPLES)
+        frame.planes[0].update(pcm[k * frame_bytes : (k + 1) * frame_bytes] or bytes(frame_bytes))
+        frame.sample_rate, frame.time_base, frame.pts = RATE, TIME_BASE, k * SAMPLES
+        packets += [bytes(p) for p in enc.encode(frame)]
+    packets = packets[:frames]
+    dec = av.CodecContext.create("libopus", "r")
+    dec.format, dec.layout, dec.sample_rate = "s16", "mono", RATE
+    loud = [
+        i
+        for i, payload in enumerate(packets)
+        if any(peak(f) >= AUDIBLE_PEAK for f in dec.decode(av.Packet(payload)))
+    ]
+    if not loud:
+        raise ValueError("the speech has no frame with sound")
+    return packets, loud[-1]
 
 
 class OpusToneTrack(MediaStreamTrack):
@@ -546,6 +584,7 @@ class EchoCounter:
         own_packets: Sequence[bytes] = (),
         sent_clock: Callable[[], tuple[float | None, int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        check_tone: bool = True,
     ) -> None:
         """``own_packets``: the Opus packets this caller sends. An echo that passes them through
         untouched (an Opus-passthrough backend) is recognised byte for byte, with no decoding:
@@ -555,8 +594,13 @@ class EchoCounter:
 
         ``sent_clock``: (start, frames sent) of the caller's tone track, whose loop carries
         ``DELAY_LEVELS``: then the echo's delay is measured (``echo_delay_ms``), on ``clock``
-        (the track's: ``time.monotonic``)."""
+        (the track's: ``time.monotonic``).
+
+        ``check_tone`` False: what comes back is no tone of the caller's (a voice agent's
+        speech): audible frames are counted and their onsets kept, none is checked (a frame
+        that is not the caller's tone would be scanned for another's, ~200 Goertzels each)."""
         self.hz = hz
+        self.check_tone = check_tone
         self.check_every = check_every
         self._own_packets = {p: i for i, p in enumerate(own_packets)}
         self._sent_clock = sent_clock
@@ -666,7 +710,11 @@ class EchoCounter:
             # shifted by the codecs' look-ahead, so the frame starts with the previous frame.
             self._remember(max(samples[-LEVEL_TAIL:]), -1)
             self.audio_frames += 1
-            if self.first_echo_at is None or (steady and self.audio_frames % self.check_every == 0):
+            if not self.check_tone:
+                self.first_echo_at = self.first_echo_at or time.monotonic()
+            elif self.first_echo_at is None or (
+                steady and self.audio_frames % self.check_every == 0
+            ):
                 self._check_tone(samples)
 
     def _remember(self, level: int, index: int) -> None:

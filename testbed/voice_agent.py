@@ -5,12 +5,14 @@ It binds a free port itself (``--listen 127.0.0.1:0``: no port found free and th
 someone else) and names it in its ``ready ws://...`` line, which is read with a deadline. Its key
 goes in a file only its owner reads, removed once the agent has read it; the key itself is on no
 command line. It runs outside the package (its modules import each other as siblings), so it
-works only from a source checkout, as testbed/ does.
+works only from a source checkout, as testbed/ does. Beside it: its modules (``agent_module``)
+and speech said in its voice (``spoken``), for the tests and the turn benchmark.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import secrets
 import shutil
@@ -21,17 +23,40 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from common.lifetime import parent_death_preexec
 from testbed.processes import stop_process
 
 AGENT = Path(__file__).resolve().parents[1] / "examples" / "voice_agent" / "agent.py"
+AGENT_DIR = AGENT.parent
 # What agent.py needs besides the project's own dependencies: the ``agent`` extra's modules
 # and Debian's espeak-ng.
 MODULES = ("pocketsphinx", "webrtcvad", "numpy")
 INSTALL = "pip install -e '.[agent]' and apt-get install espeak-ng"
 MODEL = "rtcedge-voice-agent"  # the name it answers to (any model is this one)
 READY_TIMEOUT_S = 60.0  # imports and pocketsphinx's model, on a busy machine (1-2 s idle)
+
+
+def agent_module(name: str) -> ModuleType:
+    """One of the agent's modules (``conversation``, ``pcm``...): they import each other as
+    siblings, so their folder goes on ``sys.path``."""
+    if str(AGENT_DIR) not in sys.path:
+        sys.path.insert(0, str(AGENT_DIR))
+    return importlib.import_module(name)
+
+
+def spoken(text: str, rate_hz: int = 24_000) -> bytes:
+    """``text`` said by espeak-ng (its en-us voice, as the agent's), as PCM16 mono at
+    ``rate_hz`` (24 kHz: the Realtime API's; 48 kHz: a WebRTC caller's Opus), resampled by
+    the agent's own resampler."""
+    pcm = agent_module("pcm")
+    wav = subprocess.run(
+        ["espeak-ng", "-v", "en-us", "--stdout"], input=text.encode(), capture_output=True,
+        check=True, timeout=10,
+    ).stdout  # fmt: skip
+    source_hz, audio = pcm.wav_pcm(wav)
+    return pcm.resample(audio, source_hz, rate_hz)
 
 
 def agent_missing() -> list[str]:

@@ -16,6 +16,7 @@ from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
 from bench.plots.relay_tcp import relay_tcp_figure
 from bench.plots.sessions import sessions_figure
+from bench.plots.turn import turn_figure
 
 FIGURES: dict[str, Draw] = {
     "relay_pps": relay_figure,
@@ -25,6 +26,7 @@ FIGURES: dict[str, Draw] = {
     "geo": geo_figure,
     "connect": connect_figure,
     "realtime": realtime_figure,
+    "turn": turn_figure,
 }
 
 

@@ -6,9 +6,9 @@ over WebSocket, answering each spoken turn with "you said ..." in speech.
 
 Clients connect to ``ws://HOST:PORT/v1/realtime?model=...`` (with ``Authorization: Bearer KEY``
 when ``--key-file`` is given). This file is the I/O around ``conversation.Conversation``: the
-WebSocket, the clock that paces the answer's audio, and the worker threads where pocketsphinx
-and espeak-ng run. It prints ``ready ws://...`` once it accepts calls; SIGTERM or Ctrl-C closes
-every call (WebSocket close 1001) and exits. See README.md beside it.
+WebSocket, the clock that paces the answer's audio, the worker threads where espeak-ng runs and
+the process where pocketsphinx does. It prints ``ready ws://...`` once it accepts calls; SIGTERM
+or Ctrl-C closes every call (WebSocket close 1001) and exits. See README.md beside it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 import pcm
 import realtime_events as rt
 from aiohttp import WSCloseCode, WSMsgType, web
-from conversation import STAND_INS, AgentConfig, Conversation, Recognize, Synthesize
-from speech import Recognizer, Synthesizer
+from conversation import STAND_INS, AgentConfig, Conversation, Recognize, SpeechEnd, Synthesize
+from speech import OUTPUT_HZ, RecognitionProcess, Synthesizer, Timed, timed, transcribe
 from turns import VoiceActivity
 
 log = logging.getLogger("voice_agent")
@@ -42,6 +42,15 @@ log = logging.getLogger("voice_agent")
 PATH = "/v1/realtime"
 MAX_MESSAGE_BYTES = 24 * 1024 * 1024  # a 15 MiB append is 20 MiB of base64: refused in-band
 AUDIO_FIELDS = ("delta", "audio")  # base64 audio: logged as its size and its peak
+# The ``--log-events`` lines of a turn's moments inside the agent (``dir`` ``turn``), in order;
+# the first ``response.output_audio.delta`` line out of the response follows them.
+TURN_MARKS = (
+    "turn.speech_stopped",  # the voice activity detector declared the end of the turn
+    "turn.recognition_started",  # pocketsphinx began on the turn's audio (its process)
+    "turn.recognition_done",  # ... and returned its transcript
+    "turn.synthesis_started",  # espeak-ng began on the answer (its thread)
+    "turn.synthesis_audio",  # ... and gave its first audio (espeak-ng: all of it at once)
+)
 
 
 def summary(event: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +76,9 @@ def summary(event: dict[str, Any]) -> dict[str, Any]:
 
 class EventLog:
     """``--log-events``: one JSON line per event received or sent, with its wall-clock time
-    (``t``): when the WebSocket handed the message over, or just before it was sent."""
+    (``t``): when the WebSocket handed the message over, or just before it was sent; and one
+    per moment of a turn inside the agent (``dir`` ``turn``, ``TURN_MARKS``), which no event
+    shows: where ``rtcedge bench turn`` splits the latency of a turn."""
 
     def __init__(self, path: Path) -> None:
         self._file = path.open("a", buffering=1)
@@ -87,6 +98,23 @@ class EventLog:
             line["transcript"] = core.transcript_of(event["item_id"])
         self._write(call, "out", line, t)
 
+    def turn(self, call: str, mark: str, t: float, **fields: Any) -> None:
+        """A moment of a turn (one of ``TURN_MARKS``) at wall time ``t``."""
+        self._write(call, "turn", {"type": mark, **fields}, t)
+
+    def speech_end(self, call: str, end: SpeechEnd) -> None:
+        """The detector's decision; its times moved from the monotonic clock to the wall's."""
+        offset = time.time() - time.monotonic()
+        self.turn(
+            call,
+            "turn.speech_stopped",
+            end.at + offset,
+            item_id=end.item_id,
+            speech_end_ms=end.speech_end_ms,
+            detected_ms=end.detected_ms,
+            last_voiced_t=end.last_voiced_at + offset,
+        )
+
     def _write(self, call: str, direction: str, fields: dict[str, Any], t: float) -> None:
         line = {"t": t, "call": call, "dir": direction, **fields}
         self._file.write(json.dumps(line) + "\n")
@@ -97,16 +125,13 @@ class EventLog:
 
 @dataclasses.dataclass
 class Agent:
-    """What every call shares: the answer's settings, the models, the worker threads."""
+    """What every call shares: the answer's settings, the models, their threads and process."""
 
     config: AgentConfig
     key: str | None
     events: EventLog | None
-    recognizer: Recognizer | None
+    recognizer: RecognitionProcess | None  # one decoder, one utterance at a time
     synthesizer: Synthesizer | None
-    asr_pool: ThreadPoolExecutor = dataclasses.field(
-        default_factory=lambda: ThreadPoolExecutor(1, "asr")  # one decoder, one thread
-    )
     tts_pool: ThreadPoolExecutor = dataclasses.field(
         default_factory=lambda: ThreadPoolExecutor(2, "tts")
     )
@@ -114,13 +139,6 @@ class Agent:
 
 
 AGENT = web.AppKey("agent", Agent)
-
-
-def timed(work: Any, argument: Any) -> tuple[Any, float]:
-    """``work(argument)`` and how long it took (ms), measured in the worker thread."""
-    started = time.monotonic()
-    result = work(argument)
-    return result, (time.monotonic() - started) * 1000
 
 
 class Call:
@@ -160,6 +178,9 @@ class Call:
     async def flush(self, wake: bool = True) -> None:
         """Send the conversation's events and start the jobs it asked for."""
         events = self.core.events_to_send()
+        for end in self.core.speech_ends_to_log():
+            if self.agent.events:
+                self.agent.events.speech_end(self.tag, end)
         for job in self.core.jobs_to_run():
             task = asyncio.create_task(self._run_job(job))
             self._tasks.add(task)
@@ -187,29 +208,48 @@ class Call:
             await self.flush(wake=False)
 
     async def _run_job(self, job: Recognize | Synthesize) -> None:
-        loop = asyncio.get_running_loop()
+        if isinstance(job, Recognize):
+            done = await self._work(job, "recognition", item_id=job.item_id)
+            transcript = done.result if done is not None else ""
+            if done is not None and self.agent.events:
+                self.agent.events.turn(
+                    self.tag, "turn.recognition_done", done.ended_t, item_id=job.item_id,
+                    transcript=transcript,
+                )  # fmt: skip
+            ms = done.ms if done is not None else 0.0
+            self.core.recognized(job.item_id, transcript, ms, time.monotonic())
+        else:
+            done = await self._work(
+                job, "synthesis", response_id=job.response_id, item_id=job.item_id
+            )
+            audio = done.result if done is not None else b""
+            if done is not None and self.agent.events:
+                self.agent.events.turn(
+                    self.tag, "turn.synthesis_audio", done.ended_t, response_id=job.response_id,
+                    item_id=job.item_id, audio_ms=pcm.duration_ms(audio, OUTPUT_HZ),
+                )  # fmt: skip
+            ms = done.ms if done is not None else 0.0
+            self.core.synthesized(job.response_id, audio, ms, time.monotonic())
+        await self.flush()
+
+    async def _work(self, job: Recognize | Synthesize, stage: str, **ids: Any) -> Timed | None:
+        """The job in its pool's thread, its start logged (``turn.<stage>_started``, the time
+        the thread took it up); None if it failed (logged)."""
         agent = self.agent
         if isinstance(job, Recognize):
             assert agent.recognizer is not None
-            try:
-                transcript, ms = await loop.run_in_executor(
-                    agent.asr_pool, timed, agent.recognizer.transcribe, job.audio
-                )
-            except Exception:
-                log.exception("call %s: recognition failed", self.tag)
-                transcript, ms = "", 0.0
-            self.core.recognized(job.item_id, transcript, ms, time.monotonic())
+            pool, work, argument = agent.recognizer, transcribe, job.audio
         else:
             assert agent.synthesizer is not None
-            try:
-                audio, ms = await loop.run_in_executor(
-                    agent.tts_pool, timed, agent.synthesizer.speak, job.text
-                )
-            except Exception:
-                log.exception("call %s: synthesis failed", self.tag)
-                audio, ms = b"", 0.0
-            self.core.synthesized(job.response_id, audio, ms, time.monotonic())
-        await self.flush()
+            pool, work, argument = agent.tts_pool, agent.synthesizer.speak, job.text
+        try:
+            done = await asyncio.get_running_loop().run_in_executor(pool, timed, work, argument)
+        except Exception:
+            log.exception("call %s: %s failed", self.tag, stage)
+            return None
+        if agent.events:
+            agent.events.turn(self.tag, f"turn.{stage}_started", done.started_t, **ids)
+        return done
 
 
 def authorized(header: str, key: str) -> bool:
@@ -307,7 +347,7 @@ async def serve(args: argparse.Namespace) -> None:
         config=AgentConfig(stand_in=args.stand_in, chunk_ms=args.chunk_ms, speed=args.speed),
         key=read_key(args.key_file) if args.key_file else None,
         events=EventLog(args.log_events) if args.log_events else None,
-        recognizer=None if stand_in else Recognizer(),  # loaded before "ready"
+        recognizer=None if stand_in else RecognitionProcess(),  # loaded before "ready"
         synthesizer=None if stand_in else Synthesizer(),
     )
     app = web.Application()
@@ -330,7 +370,8 @@ async def serve(args: argparse.Namespace) -> None:
     for ws in list(agent.calls):
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent stopping")
     await runner.cleanup()
-    agent.asr_pool.shutdown(wait=False, cancel_futures=True)
+    if agent.recognizer is not None:
+        agent.recognizer.shutdown(wait=False, cancel_futures=True)
     agent.tts_pool.shutdown(wait=False, cancel_futures=True)
     if agent.events:
         agent.events.close()

@@ -104,6 +104,20 @@ class Synthesize:
 
     response_id: str
     text: str
+    item_id: str | None = None  # the user item (turn) it answers; None for a response.create
+
+
+@dataclass(frozen=True)
+class SpeechEnd:
+    """A turn's end as the voice activity detector declared it, for the I/O layer's event log
+    (``turn.speech_stopped``): the benchmarks split a turn's latency at it. Times are on the
+    clock ``now`` is on; ``*_ms`` on the audio clock (ms of input appended so far)."""
+
+    item_id: str
+    at: float  # the decision: the append that completed the silence was received
+    speech_end_ms: int  # the speech end it judged: the end of the turn's last voiced frame
+    detected_ms: int  # the end of the frame that completed the silence
+    last_voiced_at: float  # when the append holding the last voiced frame was received
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,7 @@ class Conversation:
         self._vad = vad
         self._outbox: list[BaseModel] = []
         self._jobs: list[Recognize | Synthesize] = []
+        self._speech_ends: list[SpeechEnd] = []
         self.session = RealtimeSessionCreateRequest(
             type="realtime",
             model=config.model,
@@ -277,6 +292,11 @@ class Conversation:
     def jobs_to_run(self) -> list[Recognize | Synthesize]:
         """Work asked for since the last call; answer with ``recognized``/``synthesized``."""
         out, self._jobs = self._jobs, []
+        return out
+
+    def speech_ends_to_log(self) -> list[SpeechEnd]:
+        """The turn ends declared since the last call, in order (for ``--log-events``)."""
+        out, self._speech_ends = self._speech_ends, []
         return out
 
     def get_timer(self) -> float | None:
@@ -348,7 +368,7 @@ class Conversation:
         if not self.turns.create_response:
             return
         timings["asr_ms"] = f"{asr_ms:.0f}"
-        self._respond(self._answer_text(transcript), timings, turn_ended_at, now)
+        self._respond(self._answer_text(transcript), timings, turn_ended_at, now, item_id)
 
     def synthesized(self, response_id: str, audio: bytes, tts_ms: float, now: float) -> None:
         """The speech a ``Synthesize`` asked for: streaming starts (unless it was cancelled)."""
@@ -550,6 +570,9 @@ class Conversation:
             "vad_wait_ms": f"{(now - recording.last_voiced_at) * 1000:.0f}",
             "vad_wait_audio_ms": str(change.detected_ms - change.last_voiced_end_ms),
         }
+        voiced_at = recording.last_voiced_at
+        end = SpeechEnd(item_id, now, change.last_voiced_end_ms, change.detected_ms, voiced_at)
+        self._speech_ends.append(end)
         audio = bytes(recording.audio)
         self._reset_recording(drop_pending=False)
         self._commit(item_id, audio, timings, now)
@@ -613,8 +636,16 @@ class Conversation:
     def _answer_text(transcript: str) -> str:
         return f"you said {transcript.strip()}" if transcript.strip() else "I did not catch that"
 
-    def _respond(self, text: str, metadata: dict[str, str], turn_ended_at: float, now: float):
-        """A new response: its item and audio part announced; then its audio (or the tone)."""
+    def _respond(
+        self,
+        text: str,
+        metadata: dict[str, str],
+        turn_ended_at: float,
+        now: float,
+        turn_item_id: str | None = None,
+    ) -> None:
+        """A new response (to the user item ``turn_item_id``, if a turn asked for it): its item
+        and audio part announced; then its audio (or the tone)."""
         if self._answer is not None:
             self._finish("cancelled", "turn_detected")
         answer = _Answer(
@@ -635,7 +666,7 @@ class Conversation:
             beep = pcm.tone(TONE_HZ, BEEP_MS / 1000, INPUT_HZ)
             self._start_audio(answer, beep.ljust(BEEP_ANSWER_MS * BYTES_PER_MS, b"\0"), now)
         else:
-            self._jobs.append(Synthesize(answer.id, text))
+            self._jobs.append(Synthesize(answer.id, text, turn_item_id))
 
     def _start_audio(self, answer: _Answer, audio: bytes, now: float) -> None:
         answer.audio = audio[: len(audio) - len(audio) % pcm.SAMPLE_BYTES]

@@ -1,13 +1,23 @@
 """The agent's ears and voice, both offline: pocketsphinx (its wheel ships a US English model)
-and espeak-ng (Debian's ``espeak-ng``, run as a process). Blocking calls: the server runs them
-in worker threads, never on its event loop.
+and espeak-ng (Debian's ``espeak-ng``, run as a process). Blocking calls, never on the server's
+event loop: synthesis in worker threads, recognition in a process of its own
+(``RecognitionProcess``), since pocketsphinx holds the GIL while it decodes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import pcm
 
@@ -57,3 +67,60 @@ class Synthesizer:
         )
         rate_hz, audio = pcm.wav_pcm(done.stdout)
         return pcm.resample(audio, rate_hz, OUTPUT_HZ)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A job's result and its times, taken in the thread (or process) that ran it."""
+
+    result: Any
+    ms: float  # how long it took (the monotonic clock)
+    started_t: float  # wall clock (``time.time()``, one clock for every process), for the log
+    ended_t: float
+
+
+def timed(work: Any, argument: Any) -> Timed:
+    """``work(argument)``, timed where it runs."""
+    started_t, started = time.time(), time.monotonic()
+    result = work(argument)
+    ms = (time.monotonic() - started) * 1000
+    return Timed(result, ms, started_t, time.time())
+
+
+_recognizer: Recognizer | None = None  # the recognition process's own
+
+
+def _start_recognizer(parent_pid: int) -> None:
+    """The recognition process's start: it ends with the agent (Linux: SIGTERM when its
+    parent dies, ``prctl(PR_SET_PDEATHSIG)``; elsewhere when the agent shuts its pool down),
+    and loads its decoder."""
+    global _recognizer
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:  # the agent died before the line above
+            os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the agent's to handle
+    _recognizer = Recognizer()
+
+
+def transcribe(audio_24k: bytes) -> str:
+    """``Recognizer.transcribe`` in the recognition process."""
+    assert _recognizer is not None, "run by RecognitionProcess only"
+    return _recognizer.transcribe(audio_24k)
+
+
+class RecognitionProcess(ProcessPoolExecutor):
+    """pocketsphinx in a process of its own, one decoder, one utterance at a time: it holds the
+    GIL for most of a decode (hundreds of ms; in a thread, the server's event loop stood still
+    as long, and so did every other call's audio, turns and answers: ``rtcedge bench turn``
+    with three calls). Jobs: ``timed(transcribe, audio)``; the model is loaded before the
+    constructor returns (the agent is ready when it is)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            1,
+            mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded server
+            initializer=_start_recognizer,
+            initargs=(os.getpid(),),
+        )
+        self.submit(transcribe, bytes(OUTPUT_HZ // 10 * pcm.SAMPLE_BYTES)).result()  # 100 ms

@@ -155,7 +155,22 @@ def connect_result(with_phases: bool) -> dict[str, Any]:
     }
 
 
+def turn_result() -> dict[str, Any]:
+    """A turn run: a step of split turns (one missing a moment), and one that split none."""
+    parts = {"vad_wait": 600.0, "recognition": 700.0, "synthesis": 30.0, "transport": 5.0}
+    parts["agent_waits"] = 40.0
+    split = {"call": 0, "turn": 1, "parts_ms": parts, "total_ms": sum(parts.values())}
+    spread = {"p50": 600.0, "p95": 650.0, "max": 650.0, "n": 2}
+    summary = {"parts_ms": dict.fromkeys(parts, spread), "total_ms": spread}
+    steps = [
+        {"calls": 1, "summary": summary, "turns": [split, {**split, "turn": 2}]},
+        {"calls": 3, "summary": {}, "turns": [{"call": 0, "turn": 1, "missing": "decided"}]},
+    ]
+    return {"benchmark": "turn", **HEADER, "config": {"quick": False}, "steps": steps}
+
+
 RESULTS = {
+    "turn-20261204T100000Z.json": turn_result(),
     "connect-20261202T100000Z.json": connect_result(with_phases=True),
     "connect-20261202T110000Z.json": connect_result(with_phases=False),
     "relay_pps-20261201T100000Z.json": relay_result(with_distribution=True),

@@ -10,6 +10,8 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 
+from testbed.procfs import descendants
 from tests.support.voice_agent import agent_module, running_agent, spoken
 from tests.support.waits import run
 
@@ -214,10 +217,31 @@ def test_a_spoken_turn_is_transcribed_and_answered_in_speech(agent: Any, speech:
                 assert float(metadata[key]) >= 0, metadata
             assert float(metadata["vad_wait_ms"]) >= 300, "400 ms of silence, at real time"
             assert float(metadata["asr_ms"]) > 0 and float(metadata["tts_ms"]) > 0
+            assert_turn_logged(agent.log, started["item_id"], response["id"])
             return metadata
 
     metadata = run(body())
     print("turn timings:", metadata)
+
+
+def assert_turn_logged(log: Path, item_id: str, response_id: str) -> None:
+    """``--log-events`` has the turn's moments inside the agent, in time order, then the
+    answer's first delta: the end its detector judged, recognition, synthesis."""
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    marks = [e for e in lines if e["dir"] == "turn" and e.get("item_id") == item_id]
+    assert [e["type"] for e in marks] == list(agent_module("agent").TURN_MARKS), marks
+    assert [e["t"] for e in marks] == sorted(e["t"] for e in marks)
+    stopped = marks[0]
+    assert stopped["last_voiced_t"] <= stopped["t"]
+    assert stopped["detected_ms"] - stopped["speech_end_ms"] == 400, "the session's silence"
+    assert {e.get("response_id") for e in marks[3:]} == {response_id}
+    assert marks[2]["transcript"].strip() and marks[4]["audio_ms"] > 0
+    first = next(
+        e
+        for e in lines
+        if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+    )
+    assert first["dir"] == "out" and first["t"] >= marks[-1]["t"]
 
 
 def test_speech_over_the_answer_cancels_it_and_a_truncate_is_acknowledged(
@@ -378,3 +402,24 @@ def test_the_official_openai_client_talks_to_it(agent: Any, speech: bytes) -> No
 
     heard, said = run(body())
     assert heard and said == f"you said {heard.strip()}"
+
+
+def test_its_recognition_process_ends_with_it_even_when_it_is_killed() -> None:
+    with running_agent() as running:
+        children = descendants(running.process.pid)
+        assert children, "the recognition process (and multiprocessing's resource tracker)"
+        os.kill(running.process.pid, signal.SIGKILL)
+        running.process.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(pid) for pid in children):
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in children), [c for c in children if alive(c)]
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie, exited but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

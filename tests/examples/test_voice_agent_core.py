@@ -164,6 +164,22 @@ def test_turns_on_the_audio_clock_whatever_the_append_sizes() -> None:
         assert [pcm.duration_ms(job.audio, 24_000) for job in jobs] == [1800, 1600]
 
 
+def test_each_turn_end_is_kept_for_the_log_with_the_speech_end_it_judged() -> None:
+    d = Driver()
+    d.append(quiet(500) + loud(1000), now=1.0)  # the last voiced frame arrives at 1.0 s
+    d.append(quiet(600), now=1.7)
+    (end,) = d.core.speech_ends_to_log()
+    (stopped,) = [e for e in d.events if e["type"] == "input_audio_buffer.speech_stopped"]
+    assert end.item_id == stopped["item_id"]
+    assert (end.speech_end_ms, end.detected_ms) == (1500, 2000), "voice to 1.5 s, 500 ms silence"
+    assert (end.last_voiced_at, end.at) == (1.0, 1.7)
+    assert d.core.speech_ends_to_log() == [], "each one once"
+    (job,) = d.core.jobs_to_run()
+    d.core.recognized(job.item_id, "hello", 300.0, 2.0)
+    (synthesize,) = d.core.jobs_to_run()
+    assert synthesize.item_id == job.item_id, "the answer names the turn it answers"
+
+
 def test_session_update_sets_the_silence_and_keeps_the_rest() -> None:
     d = Driver()
     session = {"type": "realtime", "audio": {"input": {"turn_detection": {

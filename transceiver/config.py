@@ -7,6 +7,7 @@ click options and the config they make come from these fields. Validation raises
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import os
@@ -50,15 +51,16 @@ from transceiver.signaling.realtime_secrets import parse_session
 from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
 
 if TYPE_CHECKING:
+    from transceiver.backends.grpc import GrpcBackendConfig
     from transceiver.backends.media_streams import MediaStreamsBackendConfig
     from transceiver.backends.realtime.backend import RealtimeBackendConfig
 
 TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
 REALTIME_KEY_ENV = f"{ENV_PREFIX}REALTIME_KEY"
 BACKEND_KEY_ENV = f"{ENV_PREFIX}BACKEND_KEY"
-BACKENDS = ("echo", "websocket", "realtime", "media-streams")
+BACKENDS = ("echo", "websocket", "realtime", "media-streams", "grpc")
 # The options of a backend that dials a network service (a key, a CA): which backends take them.
-NETWORK_BACKENDS = ("realtime", "media-streams")
+NETWORK_BACKENDS = ("realtime", "media-streams", "grpc")
 EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
 _PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
 
@@ -235,15 +237,16 @@ class TransceiverConfig:
         check=must(lambda b: b in BACKENDS, f"unknown backend {{!r}} ({', '.join(BACKENDS)})"),
         chart="transceiver.backend",
         help="Where callers' audio and events go: echo, websocket (our protocol), realtime "
-        "(a Realtime-API model server, docs/realtime.md) or media-streams (a telephony bot "
-        "over Twilio's Media Streams, docs/media-streams.md).",
+        "(a Realtime-API model server, docs/realtime.md), media-streams (a telephony bot "
+        "over Twilio's Media Streams, docs/media-streams.md) or grpc (our protocol over gRPC).",
     )
     backend_url: str | None = option(  # may hold a credential
         "--backend-url",
         repr=False,
         chart="transceiver.backendUrl",
-        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams; one holding "
-        "a credential (a user, a password, token=...) only by the environment.",
+        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams, grpc:// or "
+        "grpcs://HOST:PORT for --backend grpc; one holding a credential (a user, a password, "
+        "token=...) only by the environment.",
     )
     backend_key: str | None = option(  # the model server's API key: a bearer on its WebSocket
         "--backend-key-file",
@@ -251,15 +254,15 @@ class TransceiverConfig:
         env_secret=BACKEND_KEY_ENV,
         repr=False,
         chart=EXTRA,
-        help="File holding the backend's API key (--backend realtime or media-streams), sent as "
-        "its bearer; or set RTCEDGE_BACKEND_KEY.",
+        help="File holding the backend's API key (--backend realtime, media-streams or grpc), "
+        "sent as its bearer; or set RTCEDGE_BACKEND_KEY.",
     )
     backend_ca_file: str | None = option(
         "--backend-ca-file",
         check=must(os.path.isfile, "no such file: {!r}"),
         chart=EXTRA,
-        help="CA bundle that signs a wss:// --backend-url's server (--backend realtime or "
-        "media-streams; default: the system's).",
+        help="CA bundle that signs a wss:// or grpcs:// --backend-url's server (--backend "
+        "realtime, media-streams or grpc; default: the system's).",
     )
     audio_rate: int | None = option(
         "--audio-rate",
@@ -267,7 +270,7 @@ class TransceiverConfig:
         parse=lambda _option, given: None if given is None else int(given),
         chart=EXTRA,
         help="PCM16 rate, in Hz, of the echo and realtime backends [default: echo 48000, "
-        "realtime 24000]; a websocket backend chooses per call, media-streams is 8000.",
+        "realtime 24000]; a websocket or grpc backend chooses per call, media-streams is 8000.",
     )
     realtime_session: dict[str, Any] | None = option(  # the operator's session.update, first event
         "--realtime-session-file",
@@ -688,8 +691,8 @@ class TransceiverConfig:
                 f"only for --backend echo: {backend} sends and takes PCM16 (a websocket "
                 "backend chooses its format per call)",
             )
-        if backend == "websocket" and self.audio_rate is not None:
-            raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
+        if backend in ("websocket", "grpc") and self.audio_rate is not None:
+            raise ConfigError("--audio-rate", f"a {backend} backend chooses its rate per call")
         if backend == "media-streams" and self.audio_rate is not None:
             raise ConfigError("--audio-rate", "media streams are 8000 Hz mu-law, always")
         if backend not in NETWORK_BACKENDS:
@@ -728,6 +731,8 @@ class TransceiverConfig:
             self.realtime_backend_config()
         elif self.backend == "media-streams":
             self.media_streams_backend_config()
+        elif self.backend == "grpc":
+            self.grpc_backend_config()
         elif self.backend == "websocket":
             from transceiver.backends.websocket import WebSocketBackendConfig
 
@@ -758,8 +763,23 @@ class TransceiverConfig:
             url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
         )
 
+    def grpc_backend_config(self) -> GrpcBackendConfig:
+        """The grpc backend's configuration (ValueError on a bad URL); ConfigError naming
+        --backend when grpcio, an extra, is not installed."""
+        from transceiver.backends.grpc import GrpcBackendConfig
+
+        if importlib.util.find_spec("grpc") is None:
+            raise ConfigError("--backend", "grpc needs the grpc extra: pip install 'rtcedge[grpc]'")
+        return GrpcBackendConfig(
+            url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
+        )
+
     def make_backend(self) -> Backend:
         """The backend --backend names, built from its options."""
+        if self.backend == "grpc":
+            from transceiver.backends.grpc.backend import GrpcBackend  # imports grpc: only here
+
+            return GrpcBackend(self.grpc_backend_config())
         if self.backend == "media-streams":
             from transceiver.backends.media_streams import MediaStreamsBackend
 

@@ -87,11 +87,15 @@ class EchoBackend(pb_grpc.BackendServicer):
         )
         async for message in requests:
             if message.WhichOneof("kind") == "end":
-                # reason "migrated": the call goes on at another transceiver; keep its state.
-                log.info("call %s: ended (%s)", start.session_id, message.end.reason)
+                self.ended(start, message.end.reason)
                 return
             for reply in self.answer(start, message):
                 yield reply
+
+    def ended(self, start: pb.SessionStart, reason: str) -> None:
+        """The call's SessionEnd. Reason "migrated": the call goes on at another transceiver
+        (a start with the same session_id and resumed): a backend keeps its state for it."""
+        log.info("call %s: ended (%s)", start.session_id, reason)
 
 
 def make_server(

@@ -30,7 +30,7 @@ from common.config import ConfigError, format_host_port, parse_host_port
 from common.options import option_fields
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
-from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig
+from transceiver.config import BACKEND_KEY_ENV, NETWORK_BACKENDS, TransceiverConfig
 from transceiver.signaling.tokens import read_secrets_file
 
 # A service's option -> the ``up`` option its value comes from.
@@ -86,9 +86,10 @@ class UpBackend:
         return fields
 
     def takes_key_from_environment(self) -> bool:
-        """RTCEDGE_BACKEND_KEY is for a model server or bot of the user's: not the agent (whose
-        key ``up`` makes), nor echo or websocket (which take none)."""
-        return self.backend in ("realtime", "media-streams") and not self.agent
+        """RTCEDGE_BACKEND_KEY is for a model server, bot or gRPC backend of the user's
+        (NETWORK_BACKENDS): not the agent (whose key ``up`` makes), nor echo or websocket
+        (which take none)."""
+        return self.backend in NETWORK_BACKENDS and not self.agent
 
     def transceiver_options(
         self, url: str | None = None, key: str | None = None

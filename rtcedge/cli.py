@@ -23,7 +23,7 @@ from common.options import refuse_url_credentials_on_command_line
 
 # The transceiver's (transceiver/config.py, which this light module does not import:
 # tests/rtcedge/test_up_backend_options.py holds them equal).
-BACKENDS = ("echo", "websocket", "realtime", "media-streams")
+BACKENDS = ("echo", "websocket", "realtime", "media-streams", "grpc")
 AUDIO_FORMATS = ("pcm16", "opus")
 AUDIO_RATES = ("8000", "16000", "24000", "48000")
 
@@ -124,7 +124,8 @@ Examples:
     help="What answers the caller: echo plays their audio back; websocket streams it to "
     "--backend-url (our protocol); realtime makes each call a session of a Realtime-API model "
     "server at --backend-url (docs/realtime.md); media-streams a call of a telephony bot "
-    "(Twilio's Media Streams protocol, docs/media-streams.md).",
+    "(Twilio's Media Streams protocol, docs/media-streams.md); grpc a stream of a gRPC "
+    "backend (our protocol, docs/backend-protocol.md).",
 )
 @click.option(
     "--backend-url",
@@ -132,8 +133,9 @@ Examples:
     show_envvar=True,
     default=None,
     help="ws:// or wss:// URL for --backend websocket, media-streams, or realtime "
-    "(ws://HOST:PORT/v1/realtime?model=...); one holding a credential only by the "
-    "environment (passed on to the transceiver by its environment too).",
+    "(ws://HOST:PORT/v1/realtime?model=...), grpc:// or grpcs://HOST:PORT for grpc; one "
+    "holding a credential only by the environment (passed on to the transceiver by its "
+    "environment too).",
 )
 @click.option(
     "--backend-key-file",

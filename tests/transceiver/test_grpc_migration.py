@@ -69,9 +69,7 @@ def test_a_call_moves_on_scale_down_and_its_backend_stream_resumes_with_the_same
                 )
                 assert moved and caller.moves[-1].outcome == "moved", caller.moves
                 assert journal.starts[sid] == [False, True], journal.starts
-                assert await wait_until(lambda: journal.ends[sid] == ["migrated"], 10), (
-                    journal.ends
-                )
+                assert await wait_until(lambda: journal.ends[sid] == ["migrated"], 10), journal.ends
                 started = [e for e in caller.events if e.get("type") == "session.started"]
                 assert started[-1] == {"type": "session.started", "session_id": sid,
                                        "resumed": True}  # fmt: skip

@@ -58,20 +58,25 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
             )
         return MediaStreamsBackend(MediaStreamsBackendConfig(url=url, **options))
     if name == "grpc":
-        if not url:
-            raise ValueError("the grpc backend needs a url (grpc://HOST:PORT or grpcs://HOST:PORT)")
-        from transceiver.backends.grpc import GrpcBackendConfig
-
-        known = {f.name for f in fields(GrpcBackendConfig)} - {"url"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown option(s) for the grpc backend: {', '.join(unknown)}")
-        config = GrpcBackendConfig(url=url, **options)
-        from transceiver.backends.grpc.backend import GrpcBackend  # imports grpc: only here
-
-        return GrpcBackend(config)
+        return _grpc_backend(url, options)
     if name == "websocket":
         if not url:
             raise ValueError("the websocket backend needs a url (ws://... or wss://...)")
         return WebSocketBackend(WebSocketBackendConfig.from_options(url, options))
     raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKEND_NAMES)})")
+
+
+def _grpc_backend(url: str | None, options: dict) -> Backend:
+    """The grpc backend, its configuration checked before grpc is imported (only here)."""
+    if not url:
+        raise ValueError("the grpc backend needs a url (grpc://HOST:PORT or grpcs://HOST:PORT)")
+    from transceiver.backends.grpc import GrpcBackendConfig
+
+    known = {f.name for f in fields(GrpcBackendConfig)} - {"url"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) for the grpc backend: {', '.join(unknown)}")
+    config = GrpcBackendConfig(url=url, **options)
+    from transceiver.backends.grpc.backend import GrpcBackend
+
+    return GrpcBackend(config)

@@ -25,9 +25,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+
+# grpc-core logs each connection's GOAWAY at INFO on stderr, around our own logging: errors
+# only, unless the operator sets GRPC_VERBOSITY (read once, when grpc is first imported).
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc
 import grpc.aio

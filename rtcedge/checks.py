@@ -87,8 +87,8 @@ class UpBackend:
         return fields
 
     def takes_key_from_environment(self) -> bool:
-        """RTCEDGE_BACKEND_KEY is for a model server, bot or plugin of the user's: not the agent
-        (whose key ``up`` makes), nor echo (which takes none)."""
+        """RTCEDGE_BACKEND_KEY is for a model server, bot, gRPC backend or plugin of the user's:
+        not the agent (whose key ``up`` makes), nor echo (which takes none)."""
         return takes_credentials(self.backend) and not self.agent
 
     def transceiver_options(

@@ -134,9 +134,9 @@ Examples:
     help="What answers the caller: echo plays their audio back; websocket streams it to "
     "--backend-url (our protocol); realtime makes each call a session of a Realtime-API model "
     "server at --backend-url (docs/realtime.md); media-streams a call of a telephony bot "
-    "(Twilio's Media Streams protocol, docs/media-streams.md); a plugin's name or "
-    "MODULE:FACTORY, a backend in the transceiver's process (docs/plugins.md); 'list' shows "
-    "them and exits.",
+    "(Twilio's Media Streams protocol, docs/media-streams.md); grpc a stream of a gRPC "
+    "backend (our protocol, docs/backend-protocol.md); a plugin's name or MODULE:FACTORY, a "
+    "backend in the transceiver's process (docs/plugins.md); 'list' shows them and exits.",
 )
 @click.option(
     "--backend-url",
@@ -144,8 +144,9 @@ Examples:
     show_envvar=True,
     default=None,
     help="ws:// or wss:// URL for --backend websocket, media-streams, or realtime "
-    "(ws://HOST:PORT/v1/realtime?model=...); one holding a credential only by the "
-    "environment (passed on to the transceiver by its environment too).",
+    "(ws://HOST:PORT/v1/realtime?model=...), grpc:// or grpcs://HOST:PORT for grpc; one "
+    "holding a credential only by the environment (passed on to the transceiver by its "
+    "environment too).",
 )
 @click.option(
     "--backend-key-file",

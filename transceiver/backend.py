@@ -11,9 +11,10 @@ loop work: whoever is behind drops and counts, it never blocks.
 
 Built-ins (``transceiver.backends.create_backend``): ``echo``, embedded, the default;
 ``websocket``, one WebSocket per call to an external service; ``realtime``, a Realtime-API model
-server; ``media-streams``, a telephony bot (Twilio's Media Streams). Others come from outside,
-in-process: plugins (``transceiver.backends.plugins``, docs/plugins.md). The wire protocol and
-how to write a backend: docs/backend-protocol.md.
+server; ``media-streams``, a telephony bot (Twilio's Media Streams); ``grpc``, our protocol as one
+gRPC stream per call. Others come from outside, in-process: plugins
+(``transceiver.backends.plugins``, docs/plugins.md). The wire protocols and how to write a
+backend: docs/backend-protocol.md.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ FRAME_MS = 20
 FRAME_BYTES = AUDIO_SAMPLE_RATE * FRAME_MS // 1000 * AUDIO_CHANNELS * 2  # PCM16 LE: 1920
 assert FRAME_BYTES == 1920
 
-BACKEND_NAMES = ("echo", "websocket", "realtime", "media-streams")
+BACKEND_NAMES = ("echo", "websocket", "realtime", "media-streams", "grpc")
 # The PCM rates a pcm16 session may take and give (``BackendSession.sample_rate``): libopus
 # decodes to and encodes from each natively, so no resampler runs (transceiver.call.libopus).
 SAMPLE_RATES = (8000, 16000, 24000, 48000)

@@ -7,6 +7,7 @@ click options and the config they make come from these fields. Validation raises
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import os
@@ -60,6 +61,7 @@ from transceiver.signaling.realtime_secrets import parse_session
 from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
 
 if TYPE_CHECKING:
+    from transceiver.backends.grpc import GrpcBackendConfig
     from transceiver.backends.media_streams import MediaStreamsBackendConfig
     from transceiver.backends.realtime.backend import RealtimeBackendConfig
     from transceiver.backends.websocket import WebSocketBackendConfig
@@ -67,10 +69,10 @@ if TYPE_CHECKING:
 TOKEN_SECRET_ENV = f"{ENV_PREFIX}TOKEN_SECRET"
 REALTIME_KEY_ENV = f"{ENV_PREFIX}REALTIME_KEY"
 BACKEND_KEY_ENV = f"{ENV_PREFIX}BACKEND_KEY"
-BACKENDS = ("echo", "websocket", "realtime", "media-streams")
+BACKENDS = ("echo", "websocket", "realtime", "media-streams", "grpc")
 # The options of a backend that dials a network service (a key, a CA): which backends take them
 # (and every plugin: its factory judges them).
-NETWORK_BACKENDS = ("websocket", "realtime", "media-streams")
+NETWORK_BACKENDS = ("websocket", "realtime", "media-streams", "grpc")
 LIST_BACKENDS = "list"  # --backend list: print what is available, and exit
 EXTRA = "transceiver.extraArgs"  # the chart sets the option only through its pass-through
 _PEERS, _SCTP = PeerLimits(), SctpLimits()  # their defaults are the options'
@@ -266,16 +268,17 @@ class TransceiverConfig:
         chart="transceiver.backend",
         help="Where callers' audio and events go: echo, websocket (our protocol), realtime "
         "(a Realtime-API model server, docs/realtime.md), media-streams (a telephony bot "
-        "over Twilio's Media Streams, docs/media-streams.md), a plugin's name, or "
-        "MODULE:FACTORY, an in-process backend (docs/plugins.md); 'list' shows them and exits.",
+        "over Twilio's Media Streams, docs/media-streams.md), grpc (our protocol over gRPC), a "
+        "plugin's name, or MODULE:FACTORY, an in-process backend (docs/plugins.md); 'list' "
+        "shows them and exits.",
     )
     backend_url: str | None = option(  # may hold a credential
         "--backend-url",
         repr=False,
         chart="transceiver.backendUrl",
-        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams (a plugin "
-        "gets it as given); one holding a credential (a user, a password, token=...) only by "
-        "the environment.",
+        help="ws:// or wss:// URL for --backend websocket, realtime or media-streams, grpc:// or "
+        "grpcs://HOST:PORT for --backend grpc (a plugin gets it as given); one holding a "
+        "credential (a user, a password, token=...) only by the environment.",
     )
     backend_key: str | None = option(  # the model server's API key: a bearer on its WebSocket
         "--backend-key-file",
@@ -283,15 +286,16 @@ class TransceiverConfig:
         env_secret=BACKEND_KEY_ENV,
         repr=False,
         chart="transceiver.backendKeySecret",
-        help="File holding the backend's API key (--backend websocket, realtime, media-streams "
-        "or a plugin), sent as 'Authorization: Bearer'; or set RTCEDGE_BACKEND_KEY.",
+        help="File holding the backend's API key (--backend websocket, realtime, media-streams, "
+        "grpc or a plugin), sent as its bearer ('Authorization: Bearer'); or set "
+        "RTCEDGE_BACKEND_KEY.",
     )
     backend_ca_file: str | None = option(
         "--backend-ca-file",
         check=must(os.path.isfile, "no such file: {!r}"),
         chart="transceiver.backendTls",
-        help="CA bundle that signs a wss:// --backend-url's server (--backend websocket, "
-        "realtime, media-streams or a plugin; default: the system's).",
+        help="CA bundle that signs a wss:// or grpcs:// --backend-url's server (--backend "
+        "websocket, realtime, media-streams, grpc or a plugin; default: the system's).",
     )
     audio_rate: int | None = option(
         "--audio-rate",
@@ -299,7 +303,7 @@ class TransceiverConfig:
         parse=lambda _option, given: None if given is None else int(given),
         chart=EXTRA,
         help="PCM16 rate, in Hz, of the echo and realtime backends [default: echo 48000, "
-        "realtime 24000]; a websocket backend chooses per call, media-streams is 8000.",
+        "realtime 24000]; a websocket or grpc backend chooses per call, media-streams is 8000.",
     )
     realtime_session: dict[str, Any] | None = option(  # the operator's session.update, first event
         "--realtime-session-file",
@@ -723,8 +727,8 @@ class TransceiverConfig:
                 f"only for --backend echo: {backend} sends and takes PCM16 (a websocket "
                 "backend chooses its format per call)",
             )
-        if backend == "websocket" and self.audio_rate is not None:
-            raise ConfigError("--audio-rate", "a websocket backend chooses its rate per call")
+        if backend in ("websocket", "grpc") and self.audio_rate is not None:
+            raise ConfigError("--audio-rate", f"a {backend} backend chooses its rate per call")
         if backend == "media-streams" and self.audio_rate is not None:
             raise ConfigError("--audio-rate", "media streams are 8000 Hz mu-law, always")
         if not takes_credentials(backend):
@@ -765,6 +769,8 @@ class TransceiverConfig:
             self.realtime_backend_config()
         elif self.backend == "media-streams":
             self.media_streams_backend_config()
+        elif self.backend == "grpc":
+            self.grpc_backend_config()
         elif self.backend == "websocket":
             self.websocket_backend_config()
 
@@ -830,6 +836,17 @@ class TransceiverConfig:
             url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
         )
 
+    def grpc_backend_config(self) -> GrpcBackendConfig:
+        """The grpc backend's configuration (ValueError on a bad URL); ConfigError naming
+        --backend when grpcio, an extra, is not installed."""
+        from transceiver.backends.grpc import GrpcBackendConfig
+
+        if importlib.util.find_spec("grpc") is None:
+            raise ConfigError("--backend", "grpc needs the grpc extra: pip install 'rtcedge[grpc]'")
+        return GrpcBackendConfig(
+            url=self.backend_url or "", bearer=self.backend_key, ca_file=self.backend_ca_file
+        )
+
     def make_backend(self) -> Backend:
         """The backend --backend names, built from its options (a plugin's factory is called
         here, once: ConfigError naming --backend when it fails)."""
@@ -839,6 +856,10 @@ class TransceiverConfig:
                 return build(factory, self.backend_options(), reference)
             except PluginError as exc:
                 raise ConfigError("--backend", self._plugin_message(exc)) from None
+        if self.backend == "grpc":
+            from transceiver.backends.grpc.backend import GrpcBackend  # imports grpc: only here
+
+            return GrpcBackend(self.grpc_backend_config())
         if self.backend == "media-streams":
             from transceiver.backends.media_streams import MediaStreamsBackend
 

@@ -60,7 +60,7 @@ def test_a_wrong_value_type_is_rejected(override, where):
         ({"clusterId": 256}, "/clusterId"),
         ({"transceiver": {"replicas": 0}}, "/transceiver/replicas"),
         ({"transceiver": {"idSource": "hostname"}}, "/transceiver/idSource"),
-        ({"transceiver": {"backend": "grpc"}}, "/transceiver/backend"),
+        ({"transceiver": {"backend": "sip"}}, "/transceiver/backend"),
         ({"relay": {"publicAddress": "relay.example.com:3478"}}, "/relay/publicAddress"),
         ({"relay": {"publicAddress": "2001:db8::1:3478"}}, "/relay/publicAddress"),
         ({"relay": {"transceiverIds": "all"}}, "/relay/transceiverIds"),

@@ -51,7 +51,7 @@ def config(monkeypatch, args: list[str], env: dict[str, str] | None = None):
         (
             ["--backend-ca-file", "/etc/hostname"],
             "--backend-ca-file",
-            "only for --backend websocket, realtime, media-streams or a plugin",
+            "only for --backend websocket, realtime, media-streams, grpc or a plugin",
         ),
         ([*REALTIME, "--backend-ca-file", "/etc/hostname"], "--backend-url", "wss"),
         ([*REALTIME, "--backend-key-file", "/nonexistent"], "--backend-key-file", "cannot read"),

@@ -1,7 +1,8 @@
 """Built-in backends (the interface is in ``transceiver.backend``): ``echo``, embedded;
 ``websocket``, a bridge to an external service in our protocol; ``realtime``, a bridge to an
 OpenAI-Realtime-compatible model server; ``media-streams``, a bridge to a telephony bot over
-Twilio's Media Streams protocol. ``create_backend`` builds one by name."""
+Twilio's Media Streams protocol; ``grpc``, our protocol over one gRPC stream per call.
+``create_backend`` builds one by name."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
 
     ``options`` are backend-specific (for ``echo``: ``audio_format``, 'pcm16' or 'opus', and
     ``sample_rate``; for ``realtime``: see ``RealtimeBackendConfig``; for ``media-streams``:
-    ``MediaStreamsBackendConfig``; for ``websocket``: see ``WebSocketBackendConfig``). Any
-    problem raises ValueError naming it, so a bad deployment fails at start, not at the first
-    call.
+    ``MediaStreamsBackendConfig``; for ``grpc``: ``GrpcBackendConfig``; for ``websocket``: see
+    ``WebSocketBackendConfig``). Any problem raises ValueError naming it, so a bad deployment
+    fails at start, not at the first call.
     """
     if name == "echo":
         if url is not None:
@@ -56,8 +57,26 @@ def create_backend(name: str = "echo", url: str | None = None, **options) -> Bac
                 f"unknown option(s) for the media-streams backend: {', '.join(unknown)}"
             )
         return MediaStreamsBackend(MediaStreamsBackendConfig(url=url, **options))
+    if name == "grpc":
+        return _grpc_backend(url, options)
     if name == "websocket":
         if not url:
             raise ValueError("the websocket backend needs a url (ws://... or wss://...)")
         return WebSocketBackend(WebSocketBackendConfig.from_options(url, options))
     raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKEND_NAMES)})")
+
+
+def _grpc_backend(url: str | None, options: dict) -> Backend:
+    """The grpc backend, its configuration checked before grpc is imported (only here)."""
+    if not url:
+        raise ValueError("the grpc backend needs a url (grpc://HOST:PORT or grpcs://HOST:PORT)")
+    from transceiver.backends.grpc import GrpcBackendConfig
+
+    known = {f.name for f in fields(GrpcBackendConfig)} - {"url"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) for the grpc backend: {', '.join(unknown)}")
+    config = GrpcBackendConfig(url=url, **options)
+    from transceiver.backends.grpc.backend import GrpcBackend
+
+    return GrpcBackend(config)

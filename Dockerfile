@@ -21,7 +21,8 @@ COPY . .
 # --only-binary: every dependency (aiortc, av, cryptography, pylibsrtp, aiohttp...) ships
 # manylinux wheels for x86_64 and aarch64, so nothing is compiled here and no compiler is needed
 # anywhere; a platform without such a wheel fails here, loudly, instead of at run time.
-RUN pip wheel --wheel-dir /wheels --only-binary=:all: . \
+# The grpc extra too (grpcio, protobuf: wheels as well), so that --backend grpc runs as built.
+RUN pip wheel --wheel-dir /wheels --only-binary=:all: '.[grpc]' \
     && test -n "$(find /wheels -name 'rtcedge-*.whl')"
 
 # ---- final: the wheels installed into a clean slim Python, run as a non-root user ----
@@ -51,7 +52,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # The wheels are bind-mounted from the builder, so they never become a layer of this image.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/rtcedge-*.whl \
+    pip install --no-cache-dir --no-index --find-links=/wheels "$(echo /wheels/rtcedge-*.whl)[grpc]" \
     && groupadd --system --gid 10001 rtcedge \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin rtcedge

@@ -1,5 +1,5 @@
 """The generated Python of the grpc backend's protocol (transceiver/backends/grpc/v1/) is checked
-in, and is exactly what grpcio-tools (the version the grpc extra pins) makes of backend.proto:
+in, and is exactly what grpcio-tools (the version the grpc-dev extra pins) makes of backend.proto:
 regenerated here into a temporary directory and compared, so a .proto edited without
 regenerating, or a generated file edited by hand, fails. To regenerate, from the repository's
 root: ``python3 -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("grpc_tools", reason="the grpc extra: pip install -e '.[grpc]'")
+pytest.importorskip("grpc_tools", reason="the grpc-dev extra: pip install -e '.[grpc-dev]'")
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO = Path("transceiver/backends/grpc/v1/backend.proto")

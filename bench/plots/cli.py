@@ -25,6 +25,7 @@ FIGURES: dict[str, Draw] = {
     "geo": geo_figure,
     "connect": connect_figure,
     "realtime": realtime_figure,
+    "backends": realtime_figure,
 }
 
 

@@ -248,6 +248,9 @@ MIN_CALLS_FOR_TICKS = 4
 JITTER_EVENTS = ("lost", "late", "trimmed", "resync")
 STEP_OVERHEAD_S = 40.0  # worst case of a step besides its window: connect, settle, hang up
 METHOD = {
+    "backends": "'the agent' below: the backend's stand-in server (the example agent for "
+    "realtime, testbed.backend_standins for the others); 'append' / 'delta': its protocol's "
+    "audio message up / down (binary PCM16 frames, Media Streams' media)",
     "uplink": "end to end: caller sends the packet with its beep's first sound -> the agent's "
     "WebSocket hands over the append carrying it (wall clocks of one machine)",
     "downlink": "end to end: the agent is about to write the beep's first delta to its "

@@ -6,11 +6,14 @@ is sent (``PACKET_OUTGOING``: the kernel's timestamp is the sender's ``sendto``/
 on loopback also puts it in the receiver's socket). Four hops of RTP, by (SSRC, sequence
 number), read in clear (SRTP leaves the RTP header unencrypted): caller -> relay, relay ->
 transceiver (encapsulated, ``common.encap``), transceiver -> relay, relay -> caller; and the
-WebSocket between the transceiver and the model server, reassembled per direction (HTTP
+WebSocket between the transceiver and the backend server, reassembled per direction (HTTP
 upgrade skipped, frames unmasked and, with permessage-deflate, inflated): each message that
-starts a sound after silence (an ``input_audio_buffer.append`` or a
-``response.output_audio.delta`` whose audio's peak crosses ``AUDIBLE_PEAK``), and the session
-each connection carries (its ``session.created``'s ``event_<session>_<n>`` id).
+starts a sound after silence (its audio's peak crosses ``AUDIBLE_PEAK``), and the session each
+connection carries. The backend's protocol says which messages are audio and which name the
+session (``WIRES``): the Realtime API's (an ``input_audio_buffer.append`` up, a
+``response.output_audio.delta`` down, ``session.created``'s ``event_<session>_<n>`` id), our
+native one's (binary PCM16 frames, ``session.start``'s ``session_id``), Media Streams' (``media``
+with base64 mu-law both ways, ``start``'s ``callSid`` less its ``CA``).
 
 ``Capture`` is sans-I/O (``feed(timestamp, frame)``); ``CaptureThread`` reads the socket
 until stopped (bounded: a 0.2 s receive timeout). Nothing is captured but IPv4 on the ports
@@ -29,12 +32,14 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from testbed.callers import AUDIBLE_PEAK
+from transceiver.backends.media_streams.g711 import ulaw_to_pcm16
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
@@ -52,7 +57,7 @@ DEFLATE_TAIL = b"\x00\x00\xff\xff"
 class Ports:
     relay: int  # the relay's public UDP port (callers send there)
     media: int  # the transceiver's media UDP port (the relay sends there)
-    agent: int  # the model server's TCP port
+    agent: int  # the backend server's TCP port (the model server, the stand-in)
 
 
 def rtp_key(payload: bytes) -> tuple[int, int] | None:
@@ -62,16 +67,83 @@ def rtp_key(payload: bytes) -> tuple[int, int] | None:
     return int.from_bytes(payload[8:12], "big"), int.from_bytes(payload[2:4], "big")
 
 
-def peak_of(audio_b64: Any) -> int:
-    """The largest absolute sample of base64 PCM16 (0 for what is not)."""
-    if not isinstance(audio_b64, str):
-        return 0
-    try:
-        pcm = base64.b64decode(audio_b64, validate=True)
-    except (binascii.Error, ValueError):
-        return 0
+def pcm_peak(pcm: bytes) -> int:
+    """The largest absolute sample of PCM16 (0 for none)."""
     samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2")
     return int(np.abs(samples.astype(np.int32)).max(initial=0))
+
+
+def b64_bytes(text: Any) -> bytes:
+    """Base64 text decoded (b"" for what is not)."""
+    if not isinstance(text, str):
+        return b""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def peak_of(audio_b64: Any) -> int:
+    """The largest absolute sample of base64 PCM16 (0 for what is not)."""
+    return pcm_peak(b64_bytes(audio_b64))
+
+
+# What a backend protocol's message says, for the capture: ("session", name) names the
+# connection's session, ("audio", peak) is audio with that peak, None is anything else.
+Reading = tuple[str, Any] | None
+
+
+def json_object(message: bytes) -> dict[str, Any]:
+    with contextlib.suppress(ValueError):
+        event = json.loads(message)
+        if isinstance(event, dict):
+            return event
+    return {}
+
+
+def read_realtime(upward: bool, binary: bool, message: bytes) -> Reading:
+    """OpenAI's Realtime events: appends up, deltas down, the agent's session ids."""
+    event = json_object(message)
+    kind = event.get("type")
+    if kind == "session.created" and not upward:
+        parts = str(event.get("event_id", "")).split("_")
+        return ("session", parts[1] if len(parts) == 3 else None)
+    if kind == (APPEND if upward else DELTA):
+        return ("audio", peak_of(event.get("audio" if upward else "delta")))
+    return None
+
+
+def read_native(upward: bool, binary: bool, message: bytes) -> Reading:
+    """Our WebSocket protocol (docs/backend-protocol.md): binary PCM16 both ways (the
+    benchmark's calls are pcm16), ``session.start`` first."""
+    if binary:
+        return ("audio", pcm_peak(message))
+    event = json_object(message)
+    if upward and event.get("type") == "session.start":
+        return ("session", event.get("session_id"))
+    return None
+
+
+def read_media_streams(upward: bool, binary: bool, message: bytes) -> Reading:
+    """Twilio's Media Streams (docs/media-streams.md): ``media`` both ways, ``start`` first."""
+    event = json_object(message)
+    kind = event.get("event")
+    if kind == "start" and upward:
+        call_sid = str((event.get("start") or {}).get("callSid", ""))
+        return ("session", call_sid[2:] or None)
+    if kind == "media":
+        media = event.get("media")
+        payload = b64_bytes(media.get("payload") if isinstance(media, dict) else None)
+        return ("audio", pcm_peak(ulaw_to_pcm16(payload)))
+    return None
+
+
+WireReader = Callable[[bool, bool, bytes], Reading]
+WIRES: dict[str, WireReader] = {
+    "realtime": read_realtime,
+    "websocket": read_native,
+    "media-streams": read_media_streams,
+}
 
 
 @dataclass
@@ -85,10 +157,11 @@ class WsDirection:
     deflate: Any = None  # a zlib decompressor, once the upgrade agreed on permessage-deflate
     message: bytearray = field(default_factory=bytearray)
     compressed: bool = False
+    binary: bool = False  # the message being reassembled is binary (opcode 2)
     loud: bool = False  # the last audio message had sound
 
-    def segment(self, seq: int, data: bytes) -> list[bytes]:
-        """A TCP segment's payload; the whole messages it completed."""
+    def segment(self, seq: int, data: bytes) -> list[tuple[bool, bytes]]:
+        """A TCP segment's payload; the whole messages it completed: (binary, bytes)."""
         if self.next_seq is None:
             self.next_seq = seq
         skip = (self.next_seq - seq) & 0xFFFFFFFF
@@ -132,12 +205,13 @@ class WsDirection:
                 payload = unmask(payload, mask)
             if opcode in (1, 2):
                 self.message, self.compressed = bytearray(payload), bool(rsv1)
+                self.binary = opcode == 2
             elif opcode == 0:
                 self.message += payload
             else:
                 continue  # control frames: ping, pong, close
             if fin:
-                yield self._inflate(bytes(self.message))
+                yield self.binary, self._inflate(bytes(self.message))
 
     def _inflate(self, data: bytes) -> bytes:
         if not self.compressed or self.deflate is None:
@@ -166,10 +240,12 @@ class Connection:
 
 
 class Capture:
-    """What ``feed`` saw: each RTP packet's time per hop, each WebSocket's onsets."""
+    """What ``feed`` saw: each RTP packet's time per hop, each WebSocket's onsets, its
+    messages read by ``wire`` (``WIRES``: the backend's protocol)."""
 
-    def __init__(self, ports: Ports) -> None:
+    def __init__(self, ports: Ports, wire: WireReader = read_realtime) -> None:
         self.ports = ports
+        self.wire = wire
         self.rtp: dict[tuple[str, int, int], float] = {}  # (hop, SSRC, seq) -> time
         self.connections: dict[int, Connection] = {}  # by the transceiver's TCP port
         self.packets = 0
@@ -212,24 +288,18 @@ class Capture:
         upward = dst == self.ports.agent
         conn = self.connections.setdefault(src if upward else dst, Connection())
         direction = conn.up if upward else conn.down
-        for message in direction.segment(seq, data):
-            with contextlib.suppress(ValueError):
-                self._message(t, conn, direction, json.loads(message))
-
-    def _message(self, t: float, conn: Connection, direction: WsDirection, event: Any) -> None:
-        if not isinstance(event, dict):
-            return
-        kind = event.get("type")
-        if kind == "session.created" and conn.session is None:
-            parts = str(event.get("event_id", "")).split("_")
-            conn.session = parts[1] if len(parts) == 3 else None
-            return
-        if kind not in (APPEND, DELTA):
-            return
-        loud = peak_of(event.get("audio" if kind == APPEND else "delta")) >= AUDIBLE_PEAK
-        if loud and not direction.loud:
-            (conn.appends if kind == APPEND else conn.deltas).append(t)
-        direction.loud = loud
+        for binary, message in direction.segment(seq, data):
+            reading = self.wire(upward, binary, message)
+            if reading is None:
+                continue
+            kind, value = reading
+            if kind == "session":
+                conn.session = conn.session or value
+                continue
+            loud = value >= AUDIBLE_PEAK
+            if loud and not direction.loud:
+                (conn.appends if upward else conn.deltas).append(t)
+            direction.loud = loud
 
     def by_session(self) -> dict[str, Connection]:
         return {c.session: c for c in self.connections.values() if c.session}

@@ -1,4 +1,8 @@
-"""The realtime benchmark's latency, from timestamps taken at both ends, sans I/O.
+"""The backends benchmark's latency, from timestamps taken at both ends, sans I/O.
+
+Written for the realtime backend and its example agent; the other backends' stand-ins
+(``testbed.backend_standins``) log their audio messages in the agent's shape (type ``audio``),
+so the same pairing serves them ("append" and "delta" below: the audio message up and down).
 
 Each direction is timed between a marker's two sightings, both on the machine's wall clock:
 
@@ -40,6 +44,7 @@ FRAME_MS = 20.0
 ON_TICK_MS = 0.5  # a downlink onset followed by its next packet 20 +- this: it left on a tick
 APPEND = "input_audio_buffer.append"
 DELTA = "response.output_audio.delta"
+AUDIO = "audio"  # the stand-in backends' lines (testbed.backend_standins), both directions
 
 
 @dataclass
@@ -58,15 +63,15 @@ class AgentCall:
         kind, t = event.get("type"), event.get("t")
         if not isinstance(t, float | int):
             return
-        if kind == APPEND and event.get("dir") == "in":
+        if kind in (APPEND, AUDIO) and event.get("dir") == "in":
             self.appends += 1
             loud = event.get("audio_peak", 0) >= AUDIBLE_PEAK
             if loud and not self._heard_loud:
                 self.heard.append(float(t))
             self._heard_loud = loud
-        elif kind == DELTA and event.get("dir") == "out":
+        elif kind in (DELTA, AUDIO) and event.get("dir") == "out":
             self.deltas += 1
-            loud = event.get("delta_peak", 0) >= AUDIBLE_PEAK
+            loud = event.get(f"{'delta' if kind == DELTA else 'audio'}_peak", 0) >= AUDIBLE_PEAK
             if loud and not self._said_loud:
                 self.said.append(float(t))
             self._said_loud = loud
@@ -130,15 +135,17 @@ def realtime_call(
     agent: AgentCall | None,
     window: tuple[float, float],
     wire: Wire | None = None,
+    session: str | None = None,
 ) -> dict[str, Any]:
-    """One realtime call's delays over ``window`` (wall times): uplink and downlink end to end,
+    """One backend call's delays over ``window`` (wall times): uplink and downlink end to end,
     and, with ``wire`` (the loopback capture), each one's stages: the part in the transceiver
     (socket in -> socket out), the relay's hop, the measuring ends' own; the caller's and the
-    agent's timer lateness."""
+    agent's timer lateness. ``session``: the call's name in the backend's log and on the wire
+    (default: the Realtime agent's, from the call's first event)."""
     marks = [m for m in timings["marks"] if window[0] <= m[0] <= window[1]]
     out: dict[str, Any] = {
         "id": timings["id"],
-        "session": session_tag(timings.get("first_event_id")),
+        "session": session or session_tag(timings.get("first_event_id")),
         "caller_late_ms": [1000 * x for x in grid_lateness([m[0] for m in marks])],
     }
     if agent is None:

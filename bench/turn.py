@@ -53,7 +53,7 @@ from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import QUICK_SKIP
 from bench.loopback_capture import Capture, CaptureThread, Ports
 from bench.plots.turn import turn_figure
-from bench.realtime import read_log
+from bench.backends import read_log
 from bench.realtime_latency import DOWNLINK_STAGES, Wire, downlink_stages, session_tag, spread
 from bench.sessions import (
     parse_sessions,

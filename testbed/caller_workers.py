@@ -215,6 +215,7 @@ class EchoCall:
         return {
             "id": self.id,
             "first_event_id": self.first_event_id,
+            "location": self.location,  # its WHIP resource: the session id, signed
             "marks": [m for m in self.tone.marks if m[0] >= since],
             "onsets": [o for o in self.echo.onsets if o[0] >= since],
             "ssrc": ssrc,

@@ -79,6 +79,7 @@ class VoiceAgentProcess:
     key: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     url: str = ""
     stderr_path: Path | None = None  # its log goes there (a benchmark's many calls), else ours
+    label: str = "the voice agent"  # in its errors (a subclass runs another server)
 
     def __post_init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
@@ -115,7 +116,7 @@ class VoiceAgentProcess:
                 why = f"exited with status {exited}"
             else:
                 why = f"was not ready within {timeout_s:g} s"
-            raise RuntimeError(f"the voice agent {why} (its log is above)")
+            raise RuntimeError(f"{self.label} {why} (its log is above)")
         self.url = line.split()[1]
         return self
 

@@ -27,6 +27,7 @@ FIGURES: dict[str, Draw] = {
     "connect": connect_figure,
     "realtime": realtime_figure,
     "turn": turn_figure,
+    "backends": realtime_figure,
 }
 
 

@@ -15,7 +15,8 @@ import zlib
 
 import pytest
 
-from bench.loopback_capture import C2R, R2T, Capture, CaptureThread, Ports
+from bench.loopback_capture import C2R, R2T, WIRES, Capture, CaptureThread, Ports
+from transceiver.backends.media_streams.g711 import pcm16_to_ulaw
 
 PORTS = Ports(relay=40001, media=40002, agent=40003)
 LOUD = struct.pack("<480h", *([9000, -9000] * 240))
@@ -42,6 +43,20 @@ def client_frame(text: str, compressor: zlib._Compress) -> bytes:
     mask = os.urandom(4)
     masked = bytes(b ^ mask[i % 4] for i, b in enumerate(body))
     return bytes([0xC1, 0x80 | 126]) + struct.pack("!H", len(body)) + mask + masked
+
+
+def masked_frame(opcode: int, body: bytes) -> bytes:
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(body))
+    return bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", len(body)) + mask + masked
+
+
+def server_frame(opcode: int, body: bytes) -> bytes:
+    return bytes([0x80 | opcode, 126]) + struct.pack("!H", len(body)) + body
+
+
+UPGRADE = b"GET / HTTP/1.1\r\n\r\n"
+SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\n\r\n"
 
 
 def append(pcm: bytes) -> str:
@@ -76,6 +91,39 @@ def test_a_websocket_is_read_across_segments_unmasked_and_inflated() -> None:
     (connection,) = capture.connections.values()
     assert connection.session == "abcd1234"
     assert connection.appends == [2.1, 2.1], "the loud after quiet, twice, in the second segment"
+
+
+def test_the_native_protocol_names_its_session_by_session_start_and_times_binary_audio() -> None:
+    capture = Capture(PORTS, WIRES["websocket"])
+    start = json.dumps({"type": "session.start", "session_id": "ab" * 16}).encode()
+    up = UPGRADE + masked_frame(1, start)
+    up += b"".join(masked_frame(2, pcm) for pcm in (QUIET, LOUD, QUIET))
+    capture.feed(1.0, ip_frame(6, 51000, PORTS.agent, up, seq=1))
+    down = SWITCHED + b"".join(server_frame(2, pcm) for pcm in (LOUD, LOUD))
+    down += server_frame(1, b'{"type": "echo", "event": {"audio": "loud"}}')
+    capture.feed(1.5, ip_frame(6, PORTS.agent, 51000, down, seq=1))
+    (connection,) = capture.connections.values()
+    assert connection.session == "ab" * 16
+    assert connection.appends == [1.0] and connection.deltas == [1.5]
+
+
+def test_media_streams_name_the_call_by_start_and_time_mu_law_media_both_ways() -> None:
+    capture = Capture(PORTS, WIRES["media-streams"])
+
+    def media(pcm: bytes) -> bytes:
+        payload = base64.b64encode(pcm16_to_ulaw(pcm)).decode()
+        return json.dumps({"event": "media", "media": {"payload": payload}}).encode()
+
+    start = {"event": "start", "start": {"callSid": "CA" + "cd" * 16}, "streamSid": "MZ1"}
+    up = UPGRADE + masked_frame(1, json.dumps(start).encode())
+    up += b"".join(masked_frame(1, media(pcm)) for pcm in (LOUD, QUIET, LOUD))
+    capture.feed(2.0, ip_frame(6, 52000, PORTS.agent, up, seq=9))
+    bad = json.dumps({"event": "media", "media": {"payload": "not base64!"}}).encode()
+    down = SWITCHED + server_frame(1, bad) + server_frame(1, media(LOUD))
+    capture.feed(2.5, ip_frame(6, PORTS.agent, 52000, down, seq=9))
+    (connection,) = capture.connections.values()
+    assert connection.session == "cd" * 16
+    assert connection.appends == [2.0, 2.0] and connection.deltas == [2.5]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root (or CAP_NET_RAW)")

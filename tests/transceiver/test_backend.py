@@ -421,6 +421,68 @@ def test_malformed_backend_messages_are_counted_and_dropped() -> None:
     run(body())
 
 
+def test_an_oversized_backend_message_ends_only_its_call() -> None:
+    """A message over ``max_message_bytes`` (here 64 KiB) ends that call with the size named;
+    the other call on the same backend keeps its audio."""
+
+    async def handler(ws: web.WebSocketResponse, request: web.Request) -> None:
+        start = await ws.receive_json()
+        if start["metadata"]["user_agent"] == "bad":
+            await ws.send_bytes(frame(1) * 40)  # 75 KiB at once
+        else:
+            await ws.send_bytes(frame(2))
+        await record(ws, [])
+
+    async def body() -> None:
+        async with Server(handler) as server:
+            backend = create_backend("websocket", server.url, max_message_bytes=64 * 1024)
+            bad, good = Sinks(), Sinks()
+            bad_call = await backend.open_session(info(metadata={"user_agent": "bad"}), *bad.args())
+            good_call = await backend.open_session(info(), *good.args())
+            assert await wait_until(lambda: bad.failures != [] and good.audio != [], 2)
+            assert bad.failures == ["backend_error"] and bad.audio == []  # logged: the size
+            assert bad_call.state == "failed"
+            good_call.audio_in(frame(3))
+            await asyncio.sleep(0.05)
+            assert good.failures == [] and good_call.state == "open"
+            assert good.audio == [frame(2)]
+            await bad_call.close("backend_error")
+            await good_call.close("hangup")
+            await backend.close()
+
+    run(body())
+
+
+def test_a_flood_faster_than_real_time_is_bounded_by_the_outbound_queue() -> None:
+    """A minute of audio sent at once: the call's outbound queue keeps its newest 30 s
+    (``max_buffered_frames``), drops and counts the rest, and the call stays up."""
+    from transceiver.call.outbound_track import BackendAudioTrack
+
+    async def handler(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.receive()  # session.start
+        for n in range(60):  # 60 messages of 50 frames: 3000 frames, 60 s
+            await ws.send_bytes(b"".join(frame(50 * n + k) for k in range(50)))
+        await ws.send_str('{"type": "flood.done"}')
+        await record(ws, [])
+
+    async def body() -> None:
+        async with Server(handler) as server:
+            backend = create_backend("websocket", server.url)
+            track = BackendAudioTrack(max_buffered_frames=1500)
+            sinks = Sinks()
+            session = await backend.open_session(
+                info(), track.push, sinks.events.append, sinks.failures.append
+            )
+            assert await wait_until(lambda: sinks.events == [{"type": "flood.done"}], 4)
+            assert track.queued_frames() == 1500 and track.frames_dropped == 1500
+            assert sinks.failures == [] and session.state == "open"
+            track.stop()
+            await session.close("hangup")
+            await backend.close()
+
+    run(body())
+
+
 @pytest.mark.parametrize("how", ["close", "abort"])
 def test_backend_going_away_fails_the_call_once(how: str) -> None:
     async def handler(ws: web.WebSocketResponse, request: web.Request) -> None:

@@ -1,6 +1,7 @@
 """The benchmark's stand-in backends: their schedule with numbers, and each protocol's server on
 a real socket: a beep answered after the caller's first audio, every audio message logged with
-its session and peak, a wrong key refused at the upgrade."""
+its session and peak, a wrong key refused at the upgrade (gRPC: UNAUTHENTICATED, the stream
+opened as the transceiver opens it, with its own messages)."""
 
 from __future__ import annotations
 

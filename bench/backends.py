@@ -13,6 +13,9 @@ has a stand-in server that answers a beep a second, and an echo reference at its
   PCM16 at 24 kHz (``rtcedge.pcm16.24000``), binary; echo pcm16 at 24000 Hz.
 - ``media-streams``: ``testbed/backend_standins.py --protocol media-streams``; mu-law at
   8 kHz, base64 in JSON; echo pcm16 at 8000 Hz.
+- ``grpc``: ``testbed/backend_standins.py --protocol grpc``; PCM16 at 24 kHz in protobuf
+  ``Pcm16`` messages on one HTTP/2 stream per call (its ``SessionAccept``); echo pcm16 at
+  24000 Hz.
 
 Per N concurrent calls (1, 20, 40 by default) and per round (``--rounds``, 2 by default: a
 CPU ratio is the median of the rounds'), the backends of one rate run a step each and then
@@ -27,7 +30,7 @@ FILE``), one echo ``pcm16`` at the same PCM rate (24 kHz: the same libopus work 
 the realtime call's). A stand-in's key goes in ``RTCEDGE_BACKEND_KEY``, never a command line.
 A call is named in its backend's log by its first data-channel event (the agent's session
 id) or by its WHIP resource (the session id it signs: what the native protocol's
-``session_id`` and Media Streams' ``callSid`` carry). The callers
+``session_id``, Media Streams' ``callSid`` and gRPC's ``SessionStart`` carry). The callers
 (light aiortc callers in ``testbed/caller_workers.py`` processes, WHIP through the relay, each
 with a data channel), the relay worker, the agent and this process share the other CPU. Every
 caller sends a beep a second (100 ms of its own tone, then 900 ms of Opus-encoded silence); the
@@ -106,7 +109,7 @@ from bench.harness.pinning import own_cpus_restored, pin_process
 from bench.harness.progress import Progress
 from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import verdict
-from bench.loopback_capture import WIRES, Capture, CaptureThread, Ports
+from bench.loopback_capture import FRAMINGS, WIRES, Capture, CaptureThread, Ports
 from bench.plots.realtime import realtime_figure
 from bench.realtime_latency import (
     Wire,
@@ -224,6 +227,14 @@ BACKENDS: dict[str, BackendSpec] = {
             lambda s: ["--backend", "media-streams", "--backend-url", s.url],
             resource_session,
             "media-streams",
+        ),
+        BackendSpec(
+            "grpc",
+            24000,
+            standin_process("grpc", "--rate", "24000"),
+            lambda s: ["--backend", "grpc", "--backend-url", s.url],
+            resource_session,
+            "grpc",
         ),
     )
 }
@@ -426,14 +437,20 @@ def take(
 
 def start_capture(step: LatencyStep, bench: Bench, procs: Processes) -> CaptureThread | None:
     """The loopback capture of a step (the same cost in both backends' steps), from before its
-    calls connect (it must see each WebSocket's upgrade); None where this process may not
-    capture (said in the step)."""
+    calls connect (it must see each WebSocket's upgrade, each HTTP/2 preface); None where this
+    process may not capture (said in the step)."""
     ports = Ports(
         procs.relay.port, procs.trx.media_port, URL(bench.standin_of(step.backend).url).port or 0
     )
     spec = BACKENDS.get(step.backend)
-    wire = WIRES.get(spec.wire or "") if spec is not None else None
-    capture = CaptureThread(Capture(ports, wire) if wire is not None else Capture(ports))
+    key = spec.wire or "" if spec is not None else ""
+    wire, framing = WIRES.get(key), FRAMINGS.get(key)
+    if wire is None:
+        capture = CaptureThread(Capture(ports))
+    elif framing is None:
+        capture = CaptureThread(Capture(ports, wire))
+    else:
+        capture = CaptureThread(Capture(ports, wire, framing))
     if not capture.start():
         step.capture = {"error": capture.error}
         return None

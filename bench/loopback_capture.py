@@ -13,7 +13,11 @@ connection carries. The backend's protocol says which messages are audio and whi
 session (``WIRES``): the Realtime API's (an ``input_audio_buffer.append`` up, a
 ``response.output_audio.delta`` down, ``session.created``'s ``event_<session>_<n>`` id), our
 native one's (binary PCM16 frames, ``session.start``'s ``session_id``), Media Streams' (``media``
-with base64 mu-law both ways, ``start``'s ``callSid`` less its ``CA``).
+with base64 mu-law both ways, ``start``'s ``callSid`` less its ``CA``). gRPC is not a WebSocket:
+its connection is cleartext HTTP/2 on loopback, read by ``Http2Direction`` (``FRAMINGS``): the
+client preface, then frames, the DATA of each HTTP/2 stream concatenated into gRPC's
+length-prefixed messages, read as ``rtcedge.backend.v1``'s protobuf (``ToBackend`` up,
+``FromBackend`` down: ``Pcm16`` both ways, ``SessionStart``'s ``session_id``).
 
 ``Capture`` is sans-I/O (``feed(timestamp, frame)``); ``CaptureThread`` reads the socket
 until stopped (bounded: a 0.2 s receive timeout). Nothing is captured but IPv4 on the ports
@@ -26,6 +30,7 @@ import base64
 import binascii
 import contextlib
 import ctypes
+import functools
 import json
 import socket
 import struct
@@ -138,40 +143,90 @@ def read_media_streams(upward: bool, binary: bool, message: bytes) -> Reading:
     return None
 
 
+def read_grpc(upward: bool, binary: bool, message: bytes) -> Reading:
+    """Our gRPC protocol (docs/backend-protocol.md, "The gRPC protocol"): one gRPC message,
+    a ``ToBackend`` up (``start`` first, then ``pcm16``: the benchmark's calls are pcm16), a
+    ``FromBackend`` down (``pcm16``); what does not parse is nothing."""
+    to_backend, from_backend, decode_error = grpc_messages()
+    try:
+        parsed = (to_backend if upward else from_backend).FromString(message)
+    except decode_error:
+        return None
+    kind = parsed.WhichOneof("kind")
+    if kind == "pcm16":
+        return ("audio", pcm_peak(parsed.pcm16.pcm))
+    if kind == "start" and upward:
+        return ("session", parsed.start.session_id or None)
+    return None
+
+
+@functools.cache
+def grpc_messages() -> tuple[Any, Any, type[Exception]]:
+    """``ToBackend``, ``FromBackend`` (generated from ``rtcedge.backend.v1``) and protobuf's
+    ``DecodeError``, imported at the first gRPC message: the grpc extra's protobuf is not
+    needed by the other wires."""
+    from google.protobuf.message import DecodeError
+
+    from transceiver.backends.grpc.v1 import backend_pb2 as pb
+
+    return pb.ToBackend, pb.FromBackend, DecodeError
+
+
 WireReader = Callable[[bool, bool, bytes], Reading]
 WIRES: dict[str, WireReader] = {
     "realtime": read_realtime,
     "websocket": read_native,
     "media-streams": read_media_streams,
+    "grpc": read_grpc,
 }
 
 
 @dataclass
-class WsDirection:
-    """One direction of a WebSocket over TCP: bytes in order, HTTP first, then frames."""
+class TcpDirection:
+    """One direction of a TCP connection: its bytes in order, from segments (retransmissions
+    dropped; a gap, never seen on loopback, starts again at the segment after it)."""
 
-    masked: bool  # client -> server
     buffer: bytearray = field(default_factory=bytearray)
     next_seq: int | None = None
-    upgraded: bool = False
-    deflate: Any = None  # a zlib decompressor, once the upgrade agreed on permessage-deflate
-    message: bytearray = field(default_factory=bytearray)
-    compressed: bool = False
-    binary: bool = False  # the message being reassembled is binary (opcode 2)
     loud: bool = False  # the last audio message had sound
 
-    def segment(self, seq: int, data: bytes) -> list[tuple[bool, bytes]]:
-        """A TCP segment's payload; the whole messages it completed: (binary, bytes)."""
+    def take(self, seq: int, data: bytes) -> bool:
+        """Append what is new in a segment; False when nothing was."""
         if self.next_seq is None:
             self.next_seq = seq
         skip = (self.next_seq - seq) & 0xFFFFFFFF
         if skip >= 0x80000000:  # a gap (never on loopback): start again at this segment
             self.buffer.clear()
             self.next_seq, skip = seq, 0
+            self.restart()
         if skip >= len(data):
-            return []  # a retransmission of bytes already taken
+            return False  # a retransmission of bytes already taken
         self.buffer += data[skip:]
         self.next_seq = (self.next_seq + len(data) - skip) & 0xFFFFFFFF
+        return True
+
+    def restart(self) -> None:
+        """Forget the protocol's state after a gap (the subclass's)."""
+
+    def segment(self, seq: int, data: bytes) -> list[tuple[bool, bytes]]:
+        """A TCP segment's payload; the whole messages it completed: (binary, bytes)."""
+        raise NotImplementedError
+
+
+@dataclass
+class WsDirection(TcpDirection):
+    """One direction of a WebSocket over TCP: HTTP first, then frames."""
+
+    masked: bool = False  # client -> server
+    upgraded: bool = False
+    deflate: Any = None  # a zlib decompressor, once the upgrade agreed on permessage-deflate
+    message: bytearray = field(default_factory=bytearray)
+    compressed: bool = False
+    binary: bool = False  # the message being reassembled is binary (opcode 2)
+
+    def segment(self, seq: int, data: bytes) -> list[tuple[bool, bytes]]:
+        if not self.take(seq, data):
+            return []
         if not self.upgraded:
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
@@ -228,24 +283,128 @@ def unmask(payload: bytes, mask: bytes) -> bytes:
     return (np.frombuffer(payload, dtype=np.uint8) ^ key).tobytes()
 
 
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113 3.4: the client's first bytes
+H2_FRAME_HEADER = 9  # RFC 9113 4.1: length (24 bits), type, flags, stream id (31 bits)
+H2_DATA, H2_END_STREAM, H2_PADDED = 0x0, 0x1, 0x8
+GRPC_PREFIX = 5  # gRPC over HTTP/2: compressed flag (1 byte), length (4 bytes, big-endian)
+GRPC_MAX_MESSAGE = 4 << 20  # grpc's default receive bound: a longer prefix is not a message
+
+
+@dataclass
+class Http2Direction(TcpDirection):
+    """One direction of a cleartext HTTP/2 connection carrying gRPC: the client's preface
+    (``preface``: client -> server), then frames; only DATA matters (HEADERS, SETTINGS,
+    WINDOW_UPDATE, PING... are skipped: HPACK is not read), its payloads concatenated per
+    HTTP/2 stream into gRPC's length-prefixed messages, whole messages yielded as binary."""
+
+    preface: bool = False
+    streams: dict[int, bytearray] = field(default_factory=dict)  # DATA not yet a whole message
+    bad_frames: int = 0  # a preface that is not one, padding past the frame: counted, skipped
+    not_http2: bool = False  # the client's first bytes were not the preface
+
+    def restart(self) -> None:
+        self.streams.clear()
+
+    def segment(self, seq: int, data: bytes) -> list[tuple[bool, bytes]]:
+        if not self.take(seq, data):
+            return []
+        buf = self.buffer
+        if self.preface:
+            if len(buf) < len(H2_PREFACE):
+                return []
+            if buf[: len(H2_PREFACE)] != H2_PREFACE:
+                self.bad_frames += 1  # not HTTP/2 with prior knowledge: nothing of it is read
+                self.not_http2 = True
+            del buf[: len(H2_PREFACE)]
+            self.preface = False
+        if self.not_http2:
+            buf.clear()
+            return []
+        out: list[tuple[bool, bytes]] = []
+        while len(buf) >= H2_FRAME_HEADER:
+            length = int.from_bytes(buf[:3], "big")
+            kind, flags = buf[3], buf[4]
+            stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            end = H2_FRAME_HEADER + length
+            if len(buf) < end:
+                break
+            if kind == H2_DATA:
+                self._data(stream, flags, bytes(buf[H2_FRAME_HEADER:end]), out)
+            del buf[:end]
+        return out
+
+    def _data(self, stream: int, flags: int, payload: bytes, out: list[tuple[bool, bytes]]) -> None:
+        if flags & H2_PADDED:  # RFC 9113 6.1: a pad length byte, the data, that many zeros
+            pad = payload[0] if payload else 0
+            if not payload or pad >= len(payload):
+                self.bad_frames += 1
+                return
+            payload = payload[1 : len(payload) - pad]
+        pending = self.streams.setdefault(stream, bytearray())
+        pending += payload
+        while len(pending) >= GRPC_PREFIX:
+            size = int.from_bytes(pending[1:GRPC_PREFIX], "big")
+            if size > GRPC_MAX_MESSAGE:  # not gRPC: drop what the stream holds
+                self.bad_frames += 1
+                pending.clear()
+                break
+            if len(pending) < GRPC_PREFIX + size:
+                break
+            compressed = pending[0] & 1
+            message = bytes(pending[GRPC_PREFIX : GRPC_PREFIX + size])
+            del pending[: GRPC_PREFIX + size]
+            out.append((True, gunzip(message) if compressed else message))
+        if flags & H2_END_STREAM:
+            self.streams.pop(stream, None)
+
+
+def gunzip(message: bytes) -> bytes:
+    """A compressed gRPC message (grpc-encoding gzip, the one the transceiver could get);
+    b"" for what does not inflate."""
+    try:
+        return zlib.decompress(message, wbits=31)
+    except zlib.error:
+        return b""
+
+
+Framing = Callable[[bool], TcpDirection]  # upward (client -> server) -> a direction's reader
+
+
+def websocket_direction(upward: bool) -> TcpDirection:
+    return WsDirection(masked=upward)
+
+
+def http2_direction(upward: bool) -> TcpDirection:
+    return Http2Direction(preface=upward)
+
+
+# How each wire's messages are carried: a WebSocket unless named here.
+FRAMINGS: dict[str, Framing] = {"grpc": http2_direction}
+
+
 @dataclass
 class Connection:
-    """A WebSocket between the transceiver and the model server."""
+    """A connection between the transceiver and the backend's server (a WebSocket, or an
+    HTTP/2 connection: one per call either way)."""
 
-    up: WsDirection = field(default_factory=lambda: WsDirection(masked=True))
-    down: WsDirection = field(default_factory=lambda: WsDirection(masked=False))
+    up: TcpDirection = field(default_factory=lambda: WsDirection(masked=True))
+    down: TcpDirection = field(default_factory=lambda: WsDirection(masked=False))
     session: str | None = None
     appends: list[float] = field(default_factory=list)  # sound after silence sent up
     deltas: list[float] = field(default_factory=list)  # sound after silence sent down
 
 
 class Capture:
-    """What ``feed`` saw: each RTP packet's time per hop, each WebSocket's onsets, its
-    messages read by ``wire`` (``WIRES``: the backend's protocol)."""
+    """What ``feed`` saw: each RTP packet's time per hop, each backend connection's onsets,
+    its messages framed by ``framing`` and read by ``wire`` (``FRAMINGS``, ``WIRES``: the
+    backend's protocol)."""
 
-    def __init__(self, ports: Ports, wire: WireReader = read_realtime) -> None:
+    def __init__(
+        self, ports: Ports, wire: WireReader = read_realtime, framing: Framing = websocket_direction
+    ) -> None:
         self.ports = ports
         self.wire = wire
+        self.framing = framing
         self.rtp: dict[tuple[str, int, int], float] = {}  # (hop, SSRC, seq) -> time
         self.connections: dict[int, Connection] = {}  # by the transceiver's TCP port
         self.packets = 0
@@ -286,7 +445,10 @@ class Capture:
 
     def _tcp(self, t: float, src: int, dst: int, seq: int, data: bytes) -> None:
         upward = dst == self.ports.agent
-        conn = self.connections.setdefault(src if upward else dst, Connection())
+        port = src if upward else dst
+        conn = self.connections.get(port)
+        if conn is None:
+            conn = self.connections[port] = Connection(self.framing(True), self.framing(False))
         direction = conn.up if upward else conn.down
         for binary, message in direction.segment(seq, data):
             reading = self.wire(upward, binary, message)

@@ -45,6 +45,7 @@ from typing import Any
 import click
 from yarl import URL
 
+from bench.backends import read_log
 from bench.harness.bounds import Deadline
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import own_cpus_restored, pin_process
@@ -53,7 +54,6 @@ from bench.harness.results import RESULTS_DIR, run_header, utc_now
 from bench.harness.verdict import QUICK_SKIP
 from bench.loopback_capture import Capture, CaptureThread, Ports
 from bench.plots.turn import turn_figure
-from bench.backends import read_log
 from bench.realtime_latency import DOWNLINK_STAGES, Wire, downlink_stages, session_tag, spread
 from bench.sessions import (
     parse_sessions,

@@ -8,18 +8,22 @@ times the transceiver, not a model:
   messages, at the rate its subprotocol names (``rtcedge.pcm16.24000`` by default).
 - ``media-streams``: Twilio's Media Streams (docs/media-streams.md): base64 8 kHz mu-law in
   JSON ``media`` messages, for the ``streamSid`` its ``start`` named.
+- ``grpc``: our protocol over gRPC (docs/backend-protocol.md, "The gRPC protocol"): one
+  ``Call`` stream per call, each accepted in pcm16 at ``--rate`` (24000 by default), ``Pcm16``
+  messages both ways (grpcio's asyncio server, raw bytes parsed here as the transceiver does).
 
 Each answers, from the caller's first audio on, every ``PERIOD_S`` with ``BEEP_MS`` of 440 Hz
 then silence, ``ANSWER_MS`` in all, in ``CHUNK_MS`` messages sent ``SPEED`` x ahead of real
 time (what the agent's beep stand-in sends: ``BeepAnswers`` is its schedule, sans I/O). With
 ``--log-events FILE`` each audio message read or about to be written is a JSON line with the
 wall-clock time, the call (its session id: the URL's ``session_id``, the ``callSid`` less
-``CA``), the direction and the audio's peak, the agent's ``--log-events`` shape
-(``bench.realtime_latency.agent_calls`` reads both). A key file makes it check the upgrade's
-``Authorization: Bearer``, as a real backend would.
+``CA``, the ``SessionStart``'s ``session_id``), the direction and the audio's peak, the agent's
+``--log-events`` shape (``bench.realtime_latency.agent_calls`` reads both). A key file makes it
+check the upgrade's ``Authorization: Bearer`` (gRPC: the stream's ``authorization`` metadata,
+refused UNAUTHENTICATED), as a real backend would.
 
     python -m testbed.backend_standins --protocol websocket --listen 127.0.0.1:0
-    (prints ``ready ws://127.0.0.1:PORT/`` once it listens)
+    (prints ``ready ws://127.0.0.1:PORT/`` once it listens; grpc: ``ready grpc://HOST:PORT``)
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ import binascii
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,10 +48,10 @@ from typing import Any, TextIO
 import numpy as np
 from aiohttp import WSMsgType, web
 
-from testbed.voice_agent import VoiceAgentProcess
+from testbed.voice_agent import READY_TIMEOUT_S, VoiceAgentProcess
 from transceiver.backends.media_streams.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 
-PROTOCOLS = ("websocket", "media-streams")
+PROTOCOLS = ("websocket", "media-streams", "grpc")
 PERIOD_S, BEEP_MS, ANSWER_MS, CHUNK_MS, SPEED = 1.0, 100, 900, 100, 4.0
 TONE_HZ, AMPLITUDE = 440.0, 0.3
 MEDIA_STREAMS_HZ = 8000
@@ -130,25 +136,38 @@ async def answer(answers: BeepAnswers, started: asyncio.Event, send: Send) -> No
 
 
 @dataclass
-class Call:
-    """One call's state on a stand-in: its session, its answers, the task sending them."""
+class Answering:
+    """One call's state on a stand-in, whatever carries it: its session, its answers."""
 
-    ws: web.WebSocketResponse
     log: EventLog
     answers: BeepAnswers
     session: str = "?"
     started: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def heard(self, pcm: bytes) -> None:
+    def heard(self, pcm: bytes, t: float | None = None) -> None:
         """The caller's audio, read (``t``: before decoding it)."""
-        t = time.time()
+        t = time.time() if t is None else t
         self.log.audio(self.session, "in", pcm, t)
         self.answers.start(t)
         self.started.set()
 
+    def answering(self) -> asyncio.Task[None]:
+        """The task sending the answers, from the first audio heard until cancelled."""
+        return asyncio.create_task(answer(self.answers, self.started, self._send))
+
+    async def _send(self, pcm: bytes) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Call(Answering):
+    """A call on a WebSocket stand-in."""
+
+    ws: web.WebSocketResponse = field(kw_only=True)
+
     async def serve(self, on_text: Callable[[Call, Any], None], on_binary: bool) -> None:
         """Read until the socket closes; the answers go out meanwhile."""
-        task = asyncio.create_task(answer(self.answers, self.started, self._send))
+        task = self.answering()
         try:
             async for msg in self.ws:
                 if msg.type is WSMsgType.BINARY and on_binary:
@@ -160,9 +179,6 @@ class Call:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def _send(self, pcm: bytes) -> None:
-        raise NotImplementedError
 
 
 class NativeCall(Call):
@@ -205,7 +221,7 @@ def media_streams_text(call: Call, event: Any) -> None:
 @dataclass(frozen=True)
 class StandInConfig:
     protocol: str = "websocket"
-    rate_hz: int = 24000  # websocket's PCM16 rate (media-streams: always 8000)
+    rate_hz: int = 24000  # websocket's and grpc's PCM16 rate (media-streams: always 8000)
     key: str | None = None
 
 
@@ -218,7 +234,7 @@ def make_app(cfg: StandInConfig, log: EventLog) -> web.Application:
     """The stand-in's aiohttp application: every path takes a call."""
     if cfg.protocol not in PROTOCOLS:
         raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {cfg.protocol!r}")
-    if cfg.protocol == "websocket" and cfg.rate_hz not in NATIVE_RATES:
+    if cfg.protocol in ("websocket", "grpc") and cfg.rate_hz not in NATIVE_RATES:
         raise ValueError(f"--rate must be one of {NATIVE_RATES}, got {cfg.rate_hz}")
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -227,13 +243,13 @@ def make_app(cfg: StandInConfig, log: EventLog) -> web.Application:
         if cfg.protocol == "websocket":
             ws = web.WebSocketResponse(protocols=(subprotocol(cfg.rate_hz),))
             await ws.prepare(request)
-            call: Call = NativeCall(ws, log, BeepAnswers(cfg.rate_hz))
+            call: Call = NativeCall(log, BeepAnswers(cfg.rate_hz), ws=ws)
             call.session = request.query.get("session_id", "?")
             await call.serve(native_text, on_binary=True)
         else:
             ws = web.WebSocketResponse()
             await ws.prepare(request)
-            call = MediaStreamsCall(ws, log, BeepAnswers(MEDIA_STREAMS_HZ))
+            call = MediaStreamsCall(log, BeepAnswers(MEDIA_STREAMS_HZ), ws=ws)
             await call.serve(media_streams_text, on_binary=False)
         return ws
 
@@ -244,25 +260,133 @@ def make_app(cfg: StandInConfig, log: EventLog) -> web.Application:
 
 async def serve(cfg: StandInConfig, host: str, port: int, log: EventLog) -> None:
     """Listen, print the ready line, serve until SIGTERM or SIGINT."""
+    if cfg.protocol == "grpc":
+        await serve_grpc(cfg, host, port, log)
+        return
     runner = web.AppRunner(make_app(cfg, log), handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
     print(f"ready ws://{host}:{bound[1]}/", flush=True)
+    await stopped()
+    await runner.cleanup()
+
+
+async def stopped() -> None:
+    """Return at SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+
+
+# -- gRPC --------------------------------------------------------------------------------------
+# The transceiver PINGs every 20 s while a call is up (docs/backend-protocol.md, "Keepalives");
+# grpc-core's server takes one per 5 min by default without data, then GOAWAYs "too many pings"
+# (examples/grpc_backend/server.py's options).
+GRPC_SERVER_OPTIONS = [
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+]
+
+
+@dataclass
+class GrpcCall(Answering):
+    """A call on the gRPC stand-in: one ``Call`` stream, raw bytes both ways (no serializer on
+    the method, as the transceiver's: a message is timed before it is parsed)."""
+
+    context: Any = field(kw_only=True)  # grpc.aio.ServicerContext
+    pb: Any = field(kw_only=True)  # transceiver.backends.grpc.v1.backend_pb2
+    bad_messages: int = 0  # what did not parse as a ToBackend: dropped
+
+    async def serve(self, requests: Any, rate_hz: int) -> None:
+        """Accept the start in pcm16 at ``rate_hz``, then read until the stream ends; the
+        answers go out meanwhile."""
+        import grpc
+        from google.protobuf.message import DecodeError
+
+        pb = self.pb
+        first = await anext(aiter(requests), None)
+        try:
+            start = pb.ToBackend.FromString(first or b"")
+        except DecodeError:
+            start = pb.ToBackend()
+        if start.WhichOneof("kind") != "start":
+            await self.context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first: a SessionStart")
+        wanted = pb.AudioFormat(encoding=pb.ENCODING_PCM16, sample_rate=rate_hz)
+        if wanted not in start.start.offered:
+            await self.context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"pcm16 at {rate_hz} Hz was not offered"
+            )
+        self.session = start.start.session_id or "?"
+        accept = pb.FromBackend(accept=pb.SessionAccept(audio=wanted))
+        await self.context.write(accept.SerializeToString())
+        task = self.answering()
+        try:
+            async for data in requests:
+                t = time.time()
+                try:
+                    message = pb.ToBackend.FromString(data)
+                except DecodeError:
+                    self.bad_messages += 1
+                    continue
+                kind = message.WhichOneof("kind")
+                if kind == "pcm16":
+                    self.heard(message.pcm16.pcm, t)
+                elif kind == "end":
+                    break
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _send(self, pcm: bytes) -> None:
+        data = self.pb.FromBackend(pcm16=self.pb.Pcm16(pcm=pcm)).SerializeToString()
+        self.log.audio(self.session, "out", pcm)
+        await self.context.write(data)
+
+
+def grpc_handler(cfg: StandInConfig, log: EventLog) -> Any:
+    """The ``rtcedge.backend.v1.Backend`` service on raw bytes: each ``Call`` a beep a second,
+    the bearer checked first."""
+    import grpc
+
+    from transceiver.backends.grpc.v1 import backend_pb2 as pb
+
+    async def call(requests: Any, context: Any) -> None:
+        if cfg.key is not None and dict(context.invocation_metadata()).get("authorization") != (
+            f"Bearer {cfg.key}"
+        ):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer is required")
+        await GrpcCall(log, BeepAnswers(cfg.rate_hz), context=context, pb=pb).serve(
+            requests, cfg.rate_hz
+        )
+
+    method = grpc.stream_stream_rpc_method_handler(call)  # no (de)serializers: bytes
+    return grpc.method_handlers_generic_handler("rtcedge.backend.v1.Backend", {"Call": method})
+
+
+async def serve_grpc(cfg: StandInConfig, host: str, port: int, log: EventLog) -> None:
+    """The gRPC stand-in: cleartext HTTP/2 (``grpc://``), until SIGTERM or SIGINT."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # grpc-core's INFO lines on stderr
+    import grpc.aio
+
+    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+    server.add_generic_rpc_handlers((grpc_handler(cfg, log),))
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    print(f"ready grpc://{host}:{bound}", flush=True)
+    await stopped()
+    await server.stop(grace=1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", choices=PROTOCOLS, default="websocket")
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (0: a free port)")
-    parser.add_argument("--rate", type=int, default=24000, help="websocket: the PCM16 rate")
+    parser.add_argument("--rate", type=int, default=24000, help="websocket, grpc: the PCM16 rate")
     parser.add_argument("--key-file", type=Path, help="check Authorization: Bearer <its text>")
     parser.add_argument("--log-events", type=Path, help="a JSON line per audio message")
     args = parser.parse_args(argv)
@@ -290,6 +414,20 @@ class StandInProcess(VoiceAgentProcess):
     def command(self, key_file: str) -> list[str]:
         return [sys.executable, "-m", "testbed.backend_standins", "--protocol", self.protocol,
                 "--listen", f"{self.host}:0", "--key-file", key_file, *self.extra_args]  # fmt: skip
+
+    # VoiceAgentProcess.start takes a ``ready ws://`` line; the gRPC stand-in's URL is
+    # ``grpc://``: read as the one, then given back its own scheme.
+    def _first_line(self, timeout_s: float, stop: threading.Event) -> str:
+        line = super()._first_line(timeout_s, stop)
+        return line.replace("ready grpc://", "ready ws://", 1) if self.protocol == "grpc" else line
+
+    def start(
+        self, timeout_s: float = READY_TIMEOUT_S, stop: threading.Event | None = None
+    ) -> StandInProcess:
+        super().start(timeout_s, stop)
+        if self.protocol == "grpc":
+            self.url = "grpc://" + self.url.removeprefix("ws://")
+        return self
 
 
 if __name__ == "__main__":

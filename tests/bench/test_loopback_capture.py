@@ -15,7 +15,16 @@ import zlib
 
 import pytest
 
-from bench.loopback_capture import C2R, R2T, WIRES, Capture, CaptureThread, Ports
+from bench.loopback_capture import (
+    C2R,
+    FRAMINGS,
+    H2_PREFACE,
+    R2T,
+    WIRES,
+    Capture,
+    CaptureThread,
+    Ports,
+)
 from transceiver.backends.media_streams.g711 import pcm16_to_ulaw
 
 PORTS = Ports(relay=40001, media=40002, agent=40003)
@@ -124,6 +133,73 @@ def test_media_streams_name_the_call_by_start_and_time_mu_law_media_both_ways() 
     (connection,) = capture.connections.values()
     assert connection.session == "cd" * 16
     assert connection.appends == [2.0, 2.0] and connection.deltas == [2.5]
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    """An HTTP/2 frame (RFC 9113 4.1): 24-bit length, type, flags, 31-bit stream id."""
+    return (
+        len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def grpc_message(message: object) -> bytes:
+    """A gRPC length-prefixed message: not compressed, 4-byte big-endian length, protobuf."""
+    body = message.SerializeToString()  # type: ignore[attr-defined]
+    return b"\0" + struct.pack("!I", len(body)) + body
+
+
+SETTINGS, HEADERS, WINDOW_UPDATE = 0x4, 0x1, 0x8
+END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
+
+
+def test_grpc_is_read_from_http2_data_frames_per_stream_padded_and_split() -> None:
+    pb = pytest.importorskip("transceiver.backends.grpc.v1.backend_pb2")
+    capture = Capture(PORTS, WIRES["grpc"], FRAMINGS["grpc"])
+    start = pb.ToBackend(start=pb.SessionStart(session_id="ef" * 16, transceiver_id=3))
+    quiet, loud = (grpc_message(pb.ToBackend(pcm16=pb.Pcm16(pcm=pcm))) for pcm in (QUIET, LOUD))
+    # The client: preface, SETTINGS, the stream's HEADERS (HPACK, not read), then DATA: the
+    # start and a quiet frame in one DATA frame, a loud one split over two (the second padded),
+    # a WINDOW_UPDATE between them; a second loud frame, then a quiet one, then END_STREAM.
+    up = H2_PREFACE + h2_frame(SETTINGS, 0, 0, b"") + h2_frame(HEADERS, END_HEADERS, 1, b"\x83")
+    up += h2_frame(0, 0, 1, grpc_message(start) + quiet)
+    up += h2_frame(0, 0, 1, loud[:100]) + h2_frame(WINDOW_UPDATE, 0, 0, struct.pack("!I", 1 << 16))
+    up += h2_frame(0, PADDED, 1, bytes([7]) + loud[100:] + bytes(7))
+    first, second = up[:500], up[500:]
+    capture.feed(3.0, ip_frame(6, 53000, PORTS.agent, first, seq=100))
+    capture.feed(3.1, ip_frame(6, 53000, PORTS.agent, second, seq=100 + len(first)))
+    capture.feed(3.2, ip_frame(6, 53000, PORTS.agent, second, seq=100 + len(first)))  # again
+    more = h2_frame(0, 0, 1, quiet) + h2_frame(0, 0, 1, loud) + h2_frame(0, END_STREAM, 1, quiet)
+    capture.feed(4.0, ip_frame(6, 53000, PORTS.agent, more, seq=100 + len(up)))
+    # The server: no preface; SETTINGS, HEADERS, the accept, an undecodable message, then the
+    # beep in one message of 5 frames.
+    accept = pb.FromBackend(
+        accept=pb.SessionAccept(audio=pb.AudioFormat(encoding=1, sample_rate=24000))
+    )
+    beep = pb.FromBackend(pcm16=pb.Pcm16(pcm=LOUD * 5))
+    junk = b"\0" + struct.pack("!I", 3) + b"\xff\xff\xff"
+    down = h2_frame(SETTINGS, 0, 0, b"") + h2_frame(HEADERS, END_HEADERS, 1, b"\x88")
+    down += h2_frame(0, 0, 1, grpc_message(accept) + junk + grpc_message(beep))
+    capture.feed(3.5, ip_frame(6, PORTS.agent, 53000, down, seq=1))
+    (connection,) = capture.connections.values()
+    assert connection.session == "ef" * 16
+    assert connection.appends == [3.1, 4.0], "the loud after quiet, where each was completed"
+    assert connection.deltas == [3.5]
+    assert connection.up.bad_frames == 0 and not connection.up.streams, "END_STREAM: forgotten"
+
+
+def test_http2_without_its_preface_or_with_bad_padding_is_counted_not_fatal() -> None:
+    pb = pytest.importorskip("transceiver.backends.grpc.v1.backend_pb2")
+    capture = Capture(PORTS, WIRES["grpc"], FRAMINGS["grpc"])
+    loud = grpc_message(pb.ToBackend(pcm16=pb.Pcm16(pcm=LOUD)))
+    not_h2 = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + h2_frame(0, 0, 1, loud)
+    capture.feed(5.0, ip_frame(6, 54000, PORTS.agent, not_h2, seq=1))
+    capture.feed(5.1, ip_frame(6, 54000, PORTS.agent, h2_frame(0, 0, 1, loud), seq=1 + len(not_h2)))
+    up = H2_PREFACE + h2_frame(0, PADDED, 1, bytes([200]) + b"short")  # padding past its end
+    up += h2_frame(0, 0, 1, loud)
+    capture.feed(6.0, ip_frame(6, 55000, PORTS.agent, up, seq=1))
+    ignored, read = capture.connections[54000], capture.connections[55000]
+    assert ignored.up.bad_frames == 1 and ignored.appends == [] and not ignored.up.buffer
+    assert read.up.bad_frames == 1 and read.appends == [6.0]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root (or CAP_NET_RAW)")

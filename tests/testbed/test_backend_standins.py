@@ -1,6 +1,7 @@
 """The benchmark's stand-in backends: their schedule with numbers, and each protocol's server on
 a real socket: a beep answered after the caller's first audio, every audio message logged with
-its session and peak, a wrong key refused at the upgrade."""
+its session and peak, a wrong key refused at the upgrade (gRPC: UNAUTHENTICATED, the stream
+opened as the transceiver opens it, with its own messages)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,59 @@ def test_the_media_streams_stand_in_beeps_in_mu_law_for_its_stream(tmp_path: Pat
     events = lines(log)
     assert {e["call"] for e in events} == {SESSION}
     assert [e["dir"] for e in events][:2] == ["in", "out"] and events[0]["audio_peak"] > 8000
+
+
+async def grpc_call(url: str, key: str, frames: list[bytes], until_s: float) -> list[bytes]:
+    """One ``Call`` stream as the transceiver opens it (raw bytes, our start, then ``frames``);
+    the pcm16 the stand-in sent back within ``until_s``, its accept first checked."""
+    import grpc.aio
+
+    from transceiver.backend import SessionInfo
+    from transceiver.backends.grpc.protocol import METHOD, accepted_format, start_message
+    from transceiver.backends.grpc.v1 import backend_pb2 as pb
+
+    got: list[bytes] = []
+    async with grpc.aio.insecure_channel(url.removeprefix("grpc://")) as channel:
+        stream = channel.stream_stream(METHOD)(
+            metadata=(("authorization", f"Bearer {key}"), ("rtcedge-session-id", SESSION))
+        )
+        await stream.write(start_message(SessionInfo(SESSION, 7, "127.0.0.1")))
+        accepted = accepted_format(await stream.read())
+        assert (accepted.audio_format, accepted.sample_rate) == ("pcm16", 24000)
+        for pcm in frames:
+            await stream.write(pb.ToBackend(pcm16=pb.Pcm16(pcm=pcm)).SerializeToString())
+        try:
+            async with asyncio.timeout(until_s):
+                while (data := await stream.read()) is not grpc.aio.EOF:
+                    message = pb.FromBackend.FromString(data)
+                    if message.WhichOneof("kind") == "pcm16":
+                        got.append(message.pcm16.pcm)
+        except TimeoutError:
+            pass
+        stream.cancel()
+    return got
+
+
+def test_the_grpc_stand_in_as_a_process_accepts_pcm16_24k_and_beeps(tmp_path: Path) -> None:
+    grpc = pytest.importorskip("grpc", reason="the grpc extra: pip install -e '.[grpc]'")
+
+    log = tmp_path / "events.jsonl"
+    standin = StandInProcess(["--log-events", str(log)], protocol="grpc")
+    standin.start(timeout_s=30)
+    try:
+        assert standin.url.startswith("grpc://127.0.0.1:")
+        loud = struct.pack("<480h", *([9000, -9000] * 240))  # 20 ms at 24 kHz
+        got = asyncio.run(grpc_call(standin.url, standin.key, [loud], 1.5))
+        assert got and peak(got[0]) >= AUDIBLE_PEAK and len(got[0]) == 4800  # 100 ms, 24 kHz
+        assert any(peak(c) == 0 for c in got)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            asyncio.run(grpc_call(standin.url, "wrong", [], 0.5))
+        assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        standin.stop()
+    events = lines(log)
+    assert {e["call"] for e in events} == {SESSION}
+    heard = [e for e in events if e["dir"] == "in"]
+    assert len(heard) == 1 and heard[0]["audio_peak"] == 9000 and heard[0]["type"] == "audio"
+    said = [e for e in events if e["dir"] == "out"]
+    assert said[0]["audio_peak"] >= AUDIBLE_PEAK and len(said) >= len(got)

@@ -323,7 +323,9 @@ def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_cl
     for i in range(1, 12):  # eleven more quiet frames
         due += track.take_due(100.0 + 0.02 * i + SLOT_GRACE_S, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES - 1, "a few encoded to fade out, then none"
-    assert [payload for payload, _ in due[-5:]] == [silent_packet()] * 5
+    # this encoder's own silent packet, repeated: never another encoder's spliced in (issue 25)
+    assert [payload for payload, _ in due[-5:]] == [track._own_silence] * 5
+    assert track._own_silence and track._own_silence != silent_packet()
     track.push(bytes(1920))  # speech (here: a frame of zeros the backend sent) resumes
     due += track.take_due(100.0 + 0.02 * 12, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES
@@ -342,7 +344,8 @@ def test_recv_paces_the_track_for_aiortc_s_own_sender():
         started = time.monotonic()
         packets = [await track.recv() for _ in range(5)]
         took = time.monotonic() - started
-        assert [bytes(p) for p in packets] == [*TONE[:3], silent_packet(), silent_packet()]
+        dtx = bytes((TONE[2][0] & 0xFC,))  # the stream's own DTX frame after its packets
+        assert [bytes(p) for p in packets] == [*TONE[:3], dtx, dtx]
         assert [p.pts for p in packets] == [0, 960, 1920, 2880, 3840]
         assert took >= 0.079  # the fifth packet is due 80 ms after the first: never sooner
         track.stop()
@@ -376,10 +379,8 @@ def test_audio_for_a_slot_held_open_leaves_at_once_in_its_own_slot():
     assert direct.send_due(100.020, 0) == 1 and heard()[-1] == (TONE[1], 960)
     # A slot whose audio does not come within the grace: silence there, the audio in the next.
     assert direct.send_due(100.040, 0) == 0
-    assert direct.send_due(100.040 + SLOT_GRACE_S, 0) == 1 and heard()[-1] == (
-        silent_packet(),
-        1920,
-    )
+    dtx = bytes((TONE[1][0] & 0xFC,))  # silence in passthrough: the stream's own DTX frame
+    assert direct.send_due(100.040 + SLOT_GRACE_S, 0) == 1 and heard()[-1] == (dtx, 1920)
     now[0] = 100.052
     track.push_opus(TONE[2])  # slot 3 is not due yet (100.060): its tick sends it
     assert len(sent) == 3
@@ -415,7 +416,8 @@ def test_a_backend_ahead_of_real_time_gets_silence_on_the_tick_and_its_audio_at_
     assert direct.send_due(100.020, 0, 100.020) == 0  # slot 1 went; slot 2 is due at 100.040
     assert direct.send_due(100.040, 0, 100.040) == 1 and heard()[-1] == (TONE[1], 1920)
     track.clear()  # a barge-in: the slot after it is silence on its tick, no step
-    assert direct.send_due(100.060, 0, 100.060) == 1 and heard()[-1] == (silent_packet(), 2880)
+    dtx = bytes((TONE[1][0] & 0xFC,))
+    assert direct.send_due(100.060, 0, 100.060) == 1 and heard()[-1] == (dtx, 2880)
 
 
 def test_a_track_learns_from_its_pushes_whether_the_backend_is_ahead_or_live():
@@ -433,6 +435,52 @@ def test_a_track_learns_from_its_pushes_whether_the_backend_is_ahead_or_live():
     track.push_opus(TONE[0])  # one frame, just in time: live again (taken early, slot 6)
     assert len(track.take_due(100.105)) == 1
     assert track.take_due(100.14) == []  # slot 7, empty, live: held open for its audio
+
+
+def stalled_stream_peak(audio_format: str, rate: int, stall: int) -> float:
+    """A 440 Hz tone at 0.11 of full scale through the outbound track, the backend's input
+    stalling for ``stall`` frames from frame 30 (pcm16: PCM at ``rate``; opus: a backend's own
+    encoder's packets), every packet taken on its tick and decoded by a fresh libopus decoder,
+    as the caller's would: the stream's peak, in full scale."""
+    import array
+    import math
+
+    from transceiver.call import opus
+
+    samples = rate // 50
+    track = BackendAudioTrack()
+    track.set_format(audio_format, rate if audio_format == PCM16 else 48000)
+    backend = opus.Encoder(48000) if audio_format == OPUS else None
+    decoder, peak, k = opus.Decoder(), 0, 0
+    for step in range(90):
+        t = 100.0 + 0.02 * step
+        if not 30 <= step < 30 + stall:
+            w = 2 * math.pi * 440 / (rate if backend is None else 48000)
+            n = samples if backend is None else 960
+            pcm = array.array("h", (int(3604 * math.sin(w * (k * n + i))) for i in range(n)))
+            if backend is None:
+                track.push(pcm.tobytes())
+            else:
+                for packet in backend.encode(pcm.tobytes()):
+                    track.push_opus(packet)
+            k += 1
+        for payload, _ in track.take_due(t + SLOT_GRACE_S, grid_at=t):
+            decoded = array.array("h", decoder.decode(payload))
+            peak = max(peak, max(abs(x) for x in decoded))
+    return peak / 32767
+
+
+@pytest.mark.parametrize(("audio_format", "rate"), [(PCM16, 24000), (PCM16, 48000), (OPUS, 0)])
+def test_silence_across_a_stalled_input_never_bursts_in_the_caller_s_decoder(
+    audio_format: str, rate: int
+) -> None:
+    """Whatever the stall (1 frame: a slot of silence; 4: the encoder's own silence repeated;
+    40: a long pause), what the caller decodes stays within the input's peak (0.11) plus the
+    codec's own overshoot. The cached packet of another encoder (hybrid, full band) spliced
+    into the call's stream decoded to full scale (1.0) from 4 frames on (issue 25)."""
+    for stall in (1, 4, 40):
+        peak = stalled_stream_peak(audio_format, rate, stall)
+        assert peak <= 0.11 * 1.25, (stall, peak)
 
 
 def test_a_failure_between_ticks_is_the_sender_s_not_the_backend_s():

@@ -86,6 +86,10 @@ class BackendAudioTrack(MediaStreamTrack):
         self._silence = bytes(self._frame_bytes)
         self._encoder: opus.Encoder | None = None
         self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
+        self._own_silence = b""  # the encoder's packet for its last encoded silent frame
+        # opus: the backend's last TOC as a frame of 0 bytes, what fills a slot it left empty:
+        # RFC 6716 3.2.1's DTX, which the caller's decoder conceals in the stream's own mode.
+        self._dtx = b""
         self._pts = 0
         self._start: float | None = None
         # The backend sends ahead of real time (its last push left AHEAD_FRAMES queued): a slot
@@ -135,6 +139,9 @@ class BackendAudioTrack(MediaStreamTrack):
     def push_opus(self, packet: bytes) -> None:
         """Queue one Opus packet from the backend; ValueError (``OpusError``) if it is not one."""
         samples = opus.packet_samples(packet)
+        dtx = bytes((packet[0] & 0xFC,))  # code 0: one frame, of 0 bytes
+        if opus.packet_samples(dtx) == SAMPLES_PER_FRAME:
+            self._dtx = dtx
         if len(self._packets) == self._packets.maxlen:
             self.frames_dropped += 1
         self._packets.append((bytes(packet), samples))
@@ -174,8 +181,8 @@ class BackendAudioTrack(MediaStreamTrack):
                 payload, samples = self._packets.popleft()
                 self._count_out()
                 self._early = False
-            else:
-                payload, samples = silent_packet(), SAMPLES_PER_FRAME
+            else:  # the stream's own 20 ms DTX frame; before any, the cached silent packet
+                payload, samples = self._dtx or silent_packet(), SAMPLES_PER_FRAME
             self._pts += samples
             return [payload]
         silence = self._silence
@@ -189,12 +196,18 @@ class BackendAudioTrack(MediaStreamTrack):
             self._early = False
         else:
             self._quiet_frames += 1
-            if self._quiet_frames > ENCODED_SILENCE_FRAMES:
-                # The backend is quiet (a voice agent listening): send the cached silent packet.
-                # libopus spends more on silence than on speech (~0.24 against ~0.13 ms a frame).
+            if self._quiet_frames > ENCODED_SILENCE_FRAMES and self._own_silence:
+                # The backend is quiet (a voice agent listening): repeat this encoder's own last
+                # silent packet. libopus spends more on silence than on speech (~0.24 against
+                # ~0.13 ms a frame). Never another encoder's: its packet (hybrid, full band)
+                # spliced into this stream (CELT or hybrid at this call's bandwidth) made the
+                # caller's decoder play a 40 ms full-scale burst (issue 25).
                 self._encoder.skip(SAMPLES_PER_FRAME)
-                return [silent_packet()]
-        return self._encoder.encode(pcm)
+                return [self._own_silence]
+        packets = self._encoder.encode(pcm)
+        if pcm is silence and self._quiet_frames == ENCODED_SILENCE_FRAMES and packets:
+            self._own_silence = packets[-1]
+        return packets
 
     def _count_out(self) -> None:
         self.frames_out += 1

@@ -44,6 +44,7 @@ from transceiver.backend import (
     SessionInfo,
     frame_bytes,
 )
+from transceiver.backends.endpoint import check_ws_url, ws_ssl_context
 from transceiver.call.opus import OpusError, packet_samples
 
 __all__ = ["WebSocketBackend", "WebSocketBackendConfig", "WebSocketSession"]
@@ -109,21 +110,10 @@ class WebSocketBackendConfig:
                 raise ValueError(f"backend option {name} must be an integer >= 1, got {value!r}")
 
     def _check_url(self) -> None:
-        try:
-            url = URL(self.url)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"backend url {self.url!r} is not a URL: {exc}") from None
-        if url.scheme not in ("ws", "wss") or not url.host:
-            raise ValueError(f"backend url must be ws://HOST... or wss://HOST..., got {self.url!r}")
-        if self.ca_file is not None and url.scheme != "wss":
-            raise ValueError("a CA file is for wss:// backend urls")
+        check_ws_url(self.url, self.ca_file)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """wss: the TLS context that checks the backend (against ``ca_file``, or the system's
-        CAs); None for ws."""
-        if URL(self.url).scheme != "wss":
-            return None
-        return ssl.create_default_context(cafile=self.ca_file)
+        return ws_ssl_context(self.url, self.ca_file)
 
     def headers(self) -> dict[str, str]:
         """The upgrade request's own headers: the bearer, when there is one."""

@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
-from yarl import URL
 
 from transceiver.backend import PCM16, Backend, BackendError, BackendSession, SessionInfo
+from transceiver.backends.endpoint import check_ws_url, ws_ssl_context
 from transceiver.backends.media_streams.protocol import (
     FRAME_BYTES,
     SAMPLE_RATE,
@@ -74,14 +74,7 @@ class MediaStreamsBackendConfig:
     limits: StreamLimits = field(default_factory=StreamLimits)
 
     def __post_init__(self) -> None:
-        try:
-            url = URL(self.url)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"backend url {self.url!r} is not a URL: {exc}") from None
-        if url.scheme not in ("ws", "wss") or not url.host:
-            raise ValueError(f"backend url must be ws://HOST... or wss://HOST..., got {self.url!r}")
-        if self.ca_file is not None and url.scheme != "wss":
-            raise ValueError("a CA file is for wss:// backend urls")
+        check_ws_url(self.url, self.ca_file)
         for name in ("connect_timeout_s", "heartbeat_s", "close_timeout_s", "messages_per_s"):
             value = getattr(self, name)
             if not value > 0 or not math.isfinite(value):
@@ -91,9 +84,7 @@ class MediaStreamsBackendConfig:
                 raise ValueError(f"backend option {name} must be >= 1")
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        if URL(self.url).scheme != "wss":
-            return None
-        return ssl.create_default_context(cafile=self.ca_file)
+        return ws_ssl_context(self.url, self.ca_file)
 
 
 class MediaStreamsSession(BackendSession):

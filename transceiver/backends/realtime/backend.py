@@ -28,6 +28,7 @@ from typing import Any
 from yarl import URL
 
 from transceiver.backend import PCM16, Backend, BackendError, BackendSession, SessionInfo
+from transceiver.backends.endpoint import check_ws_url, ws_ssl_context
 from transceiver.backends.realtime.conversation import (
     AudioOut,
     Clear,
@@ -119,15 +120,9 @@ class RealtimeBackendConfig:
     heartbeat_s: float = 15.0  # WebSocket ping interval; no pong within it ends the call
 
     def __post_init__(self) -> None:
-        url = URL(self.url)
-        if url.scheme not in ("ws", "wss") or not url.host:
-            raise ValueError(
-                f"backend url must be ws://HOST/... or wss://HOST/..., got {self.url!r}"
-            )
+        url = check_ws_url(self.url, self.ca_file)
         if not url.path.rstrip("/").endswith("/realtime"):
             raise ValueError(f"backend url path must end in /realtime (got {url.path!r})")
-        if self.ca_file is not None and url.scheme != "wss":
-            raise ValueError("a CA file is for wss:// backend urls")
         if self.sample_rate not in SAMPLE_RATES:
             raise ValueError(f"sample_rate must be one of {SAMPLE_RATES}, got {self.sample_rate}")
         for name in ("connect_timeout_s", "heartbeat_s"):
@@ -138,9 +133,7 @@ class RealtimeBackendConfig:
                 raise ValueError(f"backend option {name} must be >= 1")
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        if URL(self.url).scheme != "wss":
-            return None
-        return ssl.create_default_context(cafile=self.ca_file)
+        return ws_ssl_context(self.url, self.ca_file)
 
     def session_update(self, app: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The first client event: the app's session (``app_session``) with the operator's over

@@ -38,6 +38,7 @@ import grpc
 import grpc.aio
 
 from transceiver.backend import OPUS, Backend, BackendError, BackendSession, OpusFrame, SessionInfo
+from transceiver.backends.failure import FailsOnce, cancel_others
 from transceiver.backends.grpc.config import GrpcBackendConfig
 from transceiver.backends.grpc.protocol import (
     METHOD,
@@ -81,7 +82,7 @@ def channel_options(config: GrpcBackendConfig) -> list[tuple[str, int]]:
     ]
 
 
-class GrpcSession(BackendSession):
+class GrpcSession(FailsOnce, BackendSession):
     """One call over one gRPC stream.
 
     States: ``open`` -> ``failed`` (``on_failure`` was called) -> ``closing`` -> ``closed``, or
@@ -93,6 +94,8 @@ class GrpcSession(BackendSession):
     ``events_in``/``events_sent``/``events_dropped`` the same for caller events;
     ``messages_paced`` times the receiver waited for the backend's message budget.
     """
+
+    backend_label = "grpc"
 
     def __init__(
         self,
@@ -284,24 +287,8 @@ class GrpcSession(BackendSession):
         level = logging.WARNING if self._problems == 1 else logging.DEBUG
         log.log(level, "session %s: backend message dropped: %s", self.info.session_id, what)
 
-    def _fail(self, reason: str) -> None:
-        """Report the first failure of an open session to the transceiver; stop moving data."""
-        if self.state != "open":
-            return
-        self.state = "failed"
-        self.close_reason = reason
-        log.warning("session %s: grpc backend: %s", self.info.session_id, reason)
-        self._stop_work()
-        try:
-            self._on_failure(reason)
-        except Exception:
-            log.exception("session %s: on_failure failed", self.info.session_id)
-
     def _stop_work(self) -> None:
-        current = asyncio.current_task()
-        for task in (self._sender, self._receiver):
-            if task is not current:
-                task.cancel()
+        cancel_others(self._sender, self._receiver)
         self._outbox.clear()
         self._queued_frames = self._queued_events = 0
 

@@ -31,6 +31,7 @@ import aiohttp
 
 from transceiver.backend import PCM16, Backend, BackendError, BackendSession, SessionInfo
 from transceiver.backends.endpoint import check_ws_url, ws_ssl_context
+from transceiver.backends.failure import FailsOnce, cancel_others
 from transceiver.backends.media_streams.protocol import (
     FRAME_BYTES,
     SAMPLE_RATE,
@@ -87,7 +88,7 @@ class MediaStreamsBackendConfig:
         return ws_ssl_context(self.url, self.ca_file)
 
 
-class MediaStreamsSession(BackendSession):
+class MediaStreamsSession(FailsOnce, BackendSession):
     """One call over one Media Streams WebSocket.
 
     Counters (``counters``, logged at the end): the stream's (``protocol.StreamCounts``), and
@@ -95,6 +96,8 @@ class MediaStreamsSession(BackendSession):
     ``caller_events_ignored`` data-channel events (the protocol has no place for them),
     ``messages_paced`` times the receiver waited for the bot's message budget.
     """
+
+    backend_label = "media-streams"
 
     audio_format = PCM16
     sample_rate = SAMPLE_RATE  # libopus decodes the caller to 8 kHz and encodes from it
@@ -245,24 +248,8 @@ class MediaStreamsSession(BackendSession):
         if self.state == "open":
             self._carry_out(self.stream.due(self._queued()))
 
-    def _fail(self, reason: str) -> None:
-        """Report the first failure of an open session to the transceiver; stop moving data."""
-        if self.state != "open":
-            return
-        self.state = "failed"
-        self.close_reason = reason
-        log.warning("session %s: media-streams backend: %s", self.info.session_id, reason)
-        self._stop_work()
-        try:
-            self._on_failure(reason)
-        except Exception:
-            log.exception("session %s: on_failure failed", self.info.session_id)
-
     def _stop_work(self) -> None:
-        current = asyncio.current_task()
-        for task in (self._sender, self._receiver):
-            if task is not current:
-                task.cancel()
+        cancel_others(self._sender, self._receiver)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -29,6 +29,7 @@ from yarl import URL
 
 from transceiver.backend import PCM16, Backend, BackendError, BackendSession, SessionInfo
 from transceiver.backends.endpoint import check_ws_url, ws_ssl_context
+from transceiver.backends.failure import FailsOnce, cancel_others
 from transceiver.backends.realtime.conversation import (
     AudioOut,
     Clear,
@@ -147,13 +148,15 @@ class RealtimeBackendConfig:
         return {"type": "session.update", "session": session}
 
 
-class RealtimeSession(BackendSession):
+class RealtimeSession(FailsOnce, BackendSession):
     """One call over one Realtime WebSocket.
 
     Counters (logged at the end, read by metrics): ``appends_dropped`` caller audio the outbox
     dropped because the server did not read; ``events_dropped`` the same for other events; the
     conversation's ``counts`` (barge-ins, truncates, refused caller events...).
     """
+
+    backend_label = "realtime"
 
     audio_format = PCM16
     audio_ahead = True  # model servers send an answer's audio as fast as they make it
@@ -278,22 +281,9 @@ class RealtimeSession(BackendSession):
                 self._fail(action.reason)
                 return
 
-    def _fail(self, reason: str) -> None:
-        """Report the first failure of an open session to the transceiver; stop moving data."""
-        if self.state != "open":
-            return
-        self.state = "failed"
-        self.close_reason = reason
-        log.warning("session %s: realtime backend: %s", self.info.session_id, reason)
-        current = asyncio.current_task()
-        for task in (self._sender, self._receiver):
-            if task is not current:
-                task.cancel()
+    def _stop_work(self) -> None:
+        cancel_others(self._sender, self._receiver)
         self._outbox.clear()
-        try:
-            self._on_failure(reason)
-        except Exception:
-            log.exception("session %s: on_failure failed", self.info.session_id)
 
     # -- end of the call ----------------------------------------------------------------------
     async def close(self, reason: str) -> None:

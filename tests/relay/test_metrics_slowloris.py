@@ -6,6 +6,8 @@ relay's own metric; closing asserted within 10x the timeout (the machine is shar
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from click.testing import CliRunner
 
@@ -51,7 +53,10 @@ def test_beyond_the_cap_newcomers_are_refused_at_once(relay):
     refused_before = relay.metric(CLOSED, reason="max_connections")
     slow = open_slow((relay.host, relay.metrics_port), CAP)
     try:
-        over = open_slow((relay.host, relay.metrics_port), 3)
+        # Newcomers that send nothing: one that had sent its partial request, unread when the
+        # relay closes after its 503, got a reset that can discard the 503 before it is read
+        # (Linux resets a close with unread data): b'' once in a CI run of 2026-12-04.
+        over = [socket.create_connection((relay.host, relay.metrics_port), 5) for _ in range(3)]
         replies = [first_reply(s) for s in over]
         close_all(over)
         assert all(r.startswith(b"HTTP/1.0 503") for r in replies), replies

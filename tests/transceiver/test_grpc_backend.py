@@ -288,6 +288,51 @@ def test_a_backend_that_does_not_accept_properly_refuses_the_call(name, script, 
     run(go(), 30)
 
 
+def test_a_backend_that_aborts_at_the_headers_refuses_the_call_with_its_reason():
+    """A server checking the key before it reads (our example, most interceptors): the reason
+    is its status, or, when grpcio lost it to the racing write of our start, a reason that
+    names the usual causes instead of grpcio's bare ``INTERNAL: Internal error from Core``."""
+
+    async def go() -> None:
+        async def call(_requests: object, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer is required")
+
+        server = grpc.aio.server()
+        handler = grpc.stream_stream_rpc_method_handler(call)
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("rtcedge.backend.v1.Backend", {"Call": handler})]
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            backend = backend_for(f"grpc://127.0.0.1:{port}", connect_timeout_s=2.0)
+            for _ in range(5):
+                with pytest.raises(BackendError, match=r"UNAUTHENTICATED|a refused key"):
+                    await open_call(backend)
+            await backend.close()
+        finally:
+            await server.stop(grace=None)
+
+    run(go(), 30)
+
+
+def test_a_status_grpcio_lost_to_a_racing_write_is_named_as_such():
+    from transceiver.backends.grpc.backend import _error_text
+
+    lost = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        "Internal error from Core",
+        'Failed "execute_batch": (<grpc._cython.cygrpc.SendMessageOperation object>,)',
+    )
+    assert "grpc/grpc#36066" in _error_text(lost) and "a refused key" in _error_text(lost)
+    other = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "boom", "elsewhere"
+    )
+    assert _error_text(other) == "INTERNAL: boom"
+
+
 def test_a_backend_that_is_not_there_refuses_the_call_at_once():
     async def go() -> None:
         backend = backend_for("grpc://127.0.0.1:9", connect_timeout_s=2.0)

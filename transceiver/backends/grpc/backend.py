@@ -447,8 +447,21 @@ def _error_text(exc: BaseException) -> str:
     """A gRPC error as a reason: its status code and details (a message over the limit is
     RESOURCE_EXHAUSTED)."""
     if isinstance(exc, grpc.aio.AioRpcError):
+        if _status_lost(exc):
+            return (
+                "it ended the call while our message was on its way and gRPC lost its status "
+                "(grpc/grpc#36066); a refused key or an unknown method are the usual causes"
+            )
         return f"{exc.code().name}: {exc.details()}"
     return repr(exc)
+
+
+def _status_lost(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether grpcio's asyncio client replaced the server's status with its own INTERNAL
+    (a write that failed because the server had just ended the call: grpc/grpc#36066)."""
+    return exc.code() is grpc.StatusCode.INTERNAL and "SendMessageOperation" in (
+        exc.debug_error_string() or ""
+    )
 
 
 def _nothing_queued() -> int:

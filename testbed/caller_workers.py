@@ -116,10 +116,16 @@ def _direct_echo(pc: Any, echo: Any) -> _EchoInbound | None:
 # What a call sends: DELAY_LEVELS' tone, a beep a second, or speech in a loop (its packets and
 # the index of the one that ends the speech, from the benchmark: ``connect``'s ``speech``).
 TONE, BEEPS, SPEECH = "tone", "beeps", "speech"
+# How a call offers: WHIP (rtcedge), or Janus's HTTP API to its EchoTest (testbed/janus.py).
+WHIP, JANUS = "whip", "janus"
+LOOPBACK = "127.0.0.1"
 
 
 class EchoCall:
-    """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE.
+    """One caller: WHIP offer, a tone out, the echo counted; hung up by DELETE. With
+    ``signalling`` ``janus`` the same call to Janus's EchoTest instead (``connect``'s ``url``
+    is then its API's, ``http://HOST:PORT/janus``): a session and a handle first, the offer in
+    a message, the answer from its events, the session destroyed to hang up.
 
     ``audio`` ``beeps`` (``testbed.callers.beep_packets``): the sending of each beep's first
     packet is marked (``tone.marks``) and every sound heard after silence too (``echo.onsets``),
@@ -184,6 +190,8 @@ class EchoCall:
         self.refusals = 0  # 503s it got (and retried after their Retry-After)
         self.error = ""
         self.hanging_up = False
+        self.janus: Any = None  # testbed.janus.JanusEchoTest, for a call to Janus
+        self.janus_open_s: float | None = None  # its session and handle made, before the offer
         self.pc.on("connectionstatechange", self._on_state)
         self.pc.on("iceconnectionstatechange", self._on_ice_state)
         self.pc.on("track", self._on_track)
@@ -229,13 +237,30 @@ class EchoCall:
                 self.echo.attach(transceiver.receiver)
 
     async def connect(
-        self, http: Any, url: str, timeout_s: float, echo_s: float = 0.0, retries: int = 0
+        self,
+        http: Any,
+        url: str,
+        timeout_s: float,
+        echo_s: float = 0.0,
+        retries: int = 0,
+        signalling: str = WHIP,
     ) -> None:
         """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
-        first echo of its own tone came back."""
+        first echo of its own tone came back. A Janus call makes its session and handle
+        before the offer, as a page does when it loads (``janus_open_s``): the offer to
+        connected is timed alike for both."""
         from aiortc import RTCSessionDescription
 
         try:
+            if signalling == JANUS:
+                from testbed.janus import JanusEchoTest
+
+                self.janus = JanusEchoTest(http, url)
+                started = time.monotonic()
+                async with asyncio.timeout(timeout_s):
+                    await self.janus.open()
+                self.janus_open_s = time.monotonic() - started
+                self.location = self.janus.location
             await self.pc.setLocalDescription(await self.pc.createOffer())
             if self.light:
                 from testbed.callers import prompt_ice
@@ -243,25 +268,11 @@ class EchoCall:
                 prompt_ice(self.pc)
             self.offer_at = time.monotonic()
             async with asyncio.timeout(timeout_s):
-                while True:  # a 503 is retried after its Retry-After, ``retries`` times
-                    async with http.post(
-                        f"{url}/whip",
-                        data=self.pc.localDescription.sdp,
-                        headers={"Content-Type": "application/sdp"},
-                    ) as resp:
-                        body = await resp.text()
-                        self.answer_at = time.monotonic()
-                        self.status = resp.status
-                        self.retry_after = resp.headers.get("Retry-After", "")
-                        if resp.status == 201:
-                            self.location = resp.headers["Location"]
-                            break
-                        self.error = f"POST {resp.status}: {body.strip()[:200]}"
-                        if resp.status != 503 or self.refusals >= retries:
-                            return
-                    self.refusals += 1
-                    await asyncio.sleep(float(self.retry_after or 1))
-                    self.error = ""
+                body = await (
+                    self._janus_offer() if self.janus else self._whip_offer(http, url, retries)
+                )
+                if body is None:
+                    return
                 await self.pc.setRemoteDescription(RTCSessionDescription(body, "answer"))
                 if self.light:
                     _no_decoder_thread(self.pc)
@@ -273,6 +284,36 @@ class EchoCall:
             self.error = f"not connected within {timeout_s:.0f} s: {self.pc.connectionState}"
         except Exception as exc:  # a failed call is a result, not the end of the benchmark
             self.error = f"{type(exc).__name__}: {exc}"
+
+    async def _whip_offer(self, http: Any, url: str, retries: int) -> str | None:
+        """POST the offer to ``url``/whip; the answer, or None (``error`` says why). A 503 is
+        retried after its Retry-After, ``retries`` times."""
+        while True:
+            async with http.post(
+                f"{url}/whip",
+                data=self.pc.localDescription.sdp,
+                headers={"Content-Type": "application/sdp"},
+            ) as resp:
+                body = await resp.text()
+                self.answer_at = time.monotonic()
+                self.status = resp.status
+                self.retry_after = resp.headers.get("Retry-After", "")
+                if resp.status == 201:
+                    self.location = resp.headers["Location"]
+                    return body
+                self.error = f"POST {resp.status}: {body.strip()[:200]}"
+                if resp.status != 503 or self.refusals >= retries:
+                    return None
+            self.refusals += 1
+            await asyncio.sleep(float(self.retry_after or 1))
+            self.error = ""
+
+    async def _janus_offer(self) -> str:
+        """The offer to Janus's EchoTest; its answer (``status`` 200 once it came)."""
+        answer = await self.janus.offer(self.pc.localDescription.sdp)
+        self.answer_at = time.monotonic()
+        self.status = 200
+        return answer
 
     def counters(self) -> list[int]:
         e = self.echo
@@ -297,7 +338,10 @@ class EchoCall:
     async def hang_up(self, http: Any, url: str, timeout_s: float) -> None:
         self.hanging_up = True
         try:
-            if self.location:
+            if self.janus is not None:
+                async with asyncio.timeout(timeout_s):
+                    await self.janus.close()
+            elif self.location:
                 async with asyncio.timeout(timeout_s):
                     async with http.delete(f"{url}{self.location}") as resp:
                         if resp.status != 200 and not self.error:
@@ -317,6 +361,7 @@ class EchoCall:
             "retry_after": self.retry_after,
             "refusals": self.refusals,
             "error": self.error,
+            "janus_open_s": self.janus_open_s,
             "offer_to_answer_s": _since(self.offer_at, self.answer_at),
             "offer_to_ice_s": _since(self.offer_at, self.ice_at),
             "offer_to_connected_s": _since(self.offer_at, self.connected_at),
@@ -353,6 +398,7 @@ class CallerWorker:
     def __init__(self) -> None:
         self.calls: list[EchoCall] = []
         self.url = ""
+        self.signalling = WHIP
         self._packets: dict[tuple[int, str], list[bytes]] = {}
         self._certificate: Any = None  # the light callers' one certificate
         self.http: Any = None
@@ -394,7 +440,11 @@ class CallerWorker:
         self.reply({"event": "tones"})
 
     async def _connect(self, cmd: dict[str, Any]) -> None:
+        from testbed.callers import gather_on
+
         self.url = cmd["url"]
+        self.signalling = cmd.get("signalling", WHIP)
+        gather_on(cmd.get("host", LOOPBACK))  # these calls' one ICE candidate
         audio, mark_at = cmd.get("audio", TONE), None
         if audio == SPEECH:  # the same speech for every call, encoded by the benchmark
             speech = cmd["speech"]
@@ -417,7 +467,10 @@ class CallerWorker:
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
         await asyncio.gather(
-            *(c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries) for c in new)
+            *(
+                c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries, self.signalling)
+                for c in new
+            )
         )
         self.reply({"event": "connected", "calls": [c.summary() for c in new]})
 
@@ -570,16 +623,20 @@ def connect(
     retries: int = 0,
     audio: str = TONE,
     speech: tuple[list[bytes], int] | None = None,
+    signalling: str = WHIP,
+    host: str = LOOPBACK,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
     (``CallerWorker``); ``retries``: a 503 is retried after its Retry-After, this many times;
     ``audio``: what they send, ``tone``, ``beeps`` or ``speech`` (``EchoCall``), whose
     (packets, index of the packet ending the speech) is ``speech``
-    (``testbed.callers.speech_packets``)."""
+    (``testbed.callers.speech_packets``); ``signalling`` ``janus``: to Janus's EchoTest at
+    ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
         message |= {"echo_s": echo_s, "light": light, "retries": retries, "audio": audio}
+        message |= {"signalling": signalling, "host": host}
         if speech is not None:
             packets, mark_at = speech
             encoded = [base64.b64encode(p).decode() for p in packets]

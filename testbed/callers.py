@@ -46,7 +46,14 @@ TIME_BASE = fractions.Fraction(1, RATE)
 
 def loopback_only() -> None:
     """Keep this *client's* ICE on loopback: tests and benchmarks never leave 127.0.0.0/8."""
-    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]  # type: ignore[assignment]
+    gather_on("127.0.0.1")
+
+
+def gather_on(address: str) -> None:
+    """This client's ICE gathers one host candidate, ``address``, from the next offer on: the
+    loopback, or our end of a benchmark's private veth pair (``testbed.netns``) to a peer
+    that will not use loopback."""
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: [address]  # type: ignore[assignment]
 
 
 def prompt_ice(pc: RTCPeerConnection) -> None:

@@ -332,14 +332,16 @@ def start_relay_and(
     logs: list[collections.deque[str]],
     notes: list[str],
     envs: list[dict[str, str]] | None = None,
+    relay_with_transceiver: bool = False,
 ) -> tuple[list[TransceiverProcess], RelayProcess]:
     """A transceiver per entry of ``backends`` (its backend's arguments, and its entry of
     ``envs``: variables such as a key, never on a command line; ids 0, 1...: the relay routes
     each call to the one its answer names), started while this process runs on the
     transceiver's CPU only (the child inherits the pin, and so do the threads it starts later);
     then the relay, after this process moved to the callers' CPUs (the relay pins its worker to
-    the first of them). Each transceiver's stderr flows into its entry of ``logs``. Adds
-    cpus["relay"]."""
+    the first of them), or with ``relay_with_transceiver`` before, on the transceiver's CPU
+    (``bench/peer.py``: the server's core holds both, as Janus's holds Janus). Each
+    transceiver's stderr flows into its entry of ``logs``. Adds cpus["relay"]."""
     relay = RelayProcess({}, workers=1, pin=True)
     transceivers = []
     for tid, backend in enumerate(backends):
@@ -360,14 +362,14 @@ def start_relay_and(
         trx.start()
         assert trx.proc is not None
         drain_stderr(trx.proc, log)
+    if relay_with_transceiver:
+        start_relay(relay, stack)
     os.sched_setaffinity(0, cpus["clients"])
     for trx in transceivers:
         assert trx.proc is not None
         pin_process(trx.proc.pid, cpus["transceiver"])
-    stack.callback(relay.stop)
-    relay.start()
-    assert relay.proc is not None
-    drain_stderr(relay.proc, collections.deque(maxlen=200))
+    if not relay_with_transceiver:
+        start_relay(relay, stack)
     cpus["relay"] = cpus_of(relay.worker_pids())
     if cpus["relay"] & cpus["transceiver"]:
         notes.append(f"the relay worker shares the transceiver's CPU {sorted(cpus['relay'])}")
@@ -377,6 +379,13 @@ def start_relay_and(
             "transceiver's: its cost is reported apart (relay CPU %)"
         )
     return transceivers, relay
+
+
+def start_relay(relay: RelayProcess, stack: contextlib.ExitStack) -> None:
+    stack.callback(relay.stop)
+    relay.start()
+    assert relay.proc is not None
+    drain_stderr(relay.proc, collections.deque(maxlen=200))
 
 
 def measure_idle(procs: Processes, idle_s: float) -> tuple[float, float]:

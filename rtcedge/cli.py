@@ -275,6 +275,7 @@ BENCHMARKS = {
     "forward-abuse": ("bench.forward_abuse", "forward_abuse_bench"),
     "geo": ("bench.geo", "geo_bench"),
     "offer-abuse": ("bench.offer_abuse", "offer_abuse_bench"),
+    "peer": ("bench.peer", "peer_bench"),
     "plot": ("bench.plots.cli", "plot_command"),
     "realtime": ("bench.realtime", "realtime_bench"),
     "recovery": ("bench.recovery", "recovery_bench"),
@@ -289,9 +290,9 @@ BENCHMARKS = {
 }
 
 
-def backend_named(args: list[str]) -> bool:
-    """``--backend NAME`` or ``--backend=NAME`` among ``args``."""
-    return any(a == "--backend" or a.startswith("--backend=") for a in args)
+def backend_named(args: list[str], option: str = "--backend") -> bool:
+    """``--backend NAME`` or ``--backend=NAME`` (or another ``option``) among ``args``."""
+    return any(a == option or a.startswith(f"{option}=") for a in args)
 
 
 class Benchmarks(click.Group):
@@ -304,10 +305,14 @@ class Benchmarks(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         """``sessions --backend NAME`` (a network backend) is ``backends --backend NAME``: the
-        echo sessions benchmark measures the echo backend only (issue 24 names the command)."""
+        echo sessions benchmark measures the echo backend only (issue 24 names the command).
+        ``sessions --reference janus`` is ``peer``: the opus echo beside Janus's EchoTest
+        (issue 26 names it)."""
         name, command, rest = super().resolve_command(ctx, args)
         if name == "sessions" and backend_named(rest):
             return "backends", self.get_command(ctx, "backends"), rest
+        if name == "sessions" and backend_named(rest, "--reference"):
+            return "peer", self.get_command(ctx, "peer"), rest
         return name, command, rest
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

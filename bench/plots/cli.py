@@ -11,6 +11,7 @@ import click
 from bench.harness.plots import Draw, PlotsUnavailable, write_plot
 from bench.plots.connect import connect_figure
 from bench.plots.geo import geo_figure
+from bench.plots.peer import peer_figure
 from bench.plots.realtime import realtime_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
@@ -28,6 +29,7 @@ FIGURES: dict[str, Draw] = {
     "realtime": realtime_figure,
     "turn": turn_figure,
     "backends": realtime_figure,
+    "peer": peer_figure,
 }
 
 

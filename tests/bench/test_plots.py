@@ -169,7 +169,38 @@ def turn_result() -> dict[str, Any]:
     return {"benchmark": "turn", **HEADER, "config": {"quick": False}, "steps": steps}
 
 
+def peer_result() -> dict[str, Any]:
+    """A peer run: N=10 both servers (one rtcedge round failed), N=40 Janus only (rtcedge was
+    dropped), a figure not measured (None)."""
+
+    def trial(server: str, n: int, round_: int, per_call: float | None, ok: bool) -> dict:
+        loss = {"median": 0.1, "worst": 1.2 if not ok else 0.2}
+        calls = [{"frame_loss_pct": loss["worst"], "echo_delay_ms": 5.0 + i} for i in range(3)]
+        return {"server": server, "sessions": n, "round": round_, "ok": ok,
+                "cpu_per_call_pct": per_call, "frame_loss_pct": loss, "calls": calls}  # fmt: skip
+
+    def figures(per_call: float | None, trx: float | None = None) -> dict[str, Any]:
+        return {"cpu_per_call_pct": per_call, "worst_loss_pct": 0.2,
+                "parts_per_call_pct": {"transceiver": trx} if trx else {"janus": per_call},
+                "echo_delay_ms": {"p50": 3.0, "p95": None}}  # fmt: skip
+
+    trials = [
+        trial("rtcedge", 10, 1, 1.1, True),
+        trial("janus", 10, 1, 0.43, True),
+        trial("janus", 10, 2, 0.44, True),
+        trial("rtcedge", 10, 2, 1.1, False),
+        trial("janus", 40, 1, None, True),
+    ]
+    by_n = {
+        "10": {"rtcedge": figures(1.1, 0.72), "janus": figures(0.43), "cpu_ratio": 2.56},
+        "40": {"janus": figures(None)},
+    }
+    return {"benchmark": "peer", **HEADER, "config": {"quick": False, "window_s": 10.0,
+            "rounds": 2}, "trials": trials, "summary": {"by_n": by_n}}  # fmt: skip
+
+
 RESULTS = {
+    "peer-20261204T100000Z.json": peer_result(),
     "turn-20261204T100000Z.json": turn_result(),
     "connect-20261202T100000Z.json": connect_result(with_phases=True),
     "connect-20261202T110000Z.json": connect_result(with_phases=False),

@@ -26,11 +26,11 @@ from bench.offer_abuse import SDP_HEADERS, normal_offer
 from common.config import format_host_port
 from common.sessionid import sign_session_id
 from testbed.callers import loopback_only
-from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, started_in_order
 
 LEGIT_EVERY_S = 0.2
 KEEP_SESSIONS = ["--first-check-timeout", "60", "--ice-timeout", "60", "--client-rate", "0",
-                 "--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]  # fmt: skip
+                 *NO_LOAD_GATE]  # fmt: skip
 
 
 async def legit_deletes(owner: str, front: str, seconds: float) -> list[tuple[int, float]]:

@@ -29,7 +29,7 @@ import aiohttp
 import click
 
 from testbed.callers import EchoCaller, loopback_only
-from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, started_in_order
 from testbed.procfs import cpu_ns
 
 SDP_HEADERS = {"Content-Type": "application/sdp"}
@@ -269,8 +269,7 @@ def offer_abuse_bench(posts: int, window: float, copies: int, cpu: int | None) -
     """
     loopback_only()
     relay = RelayProcess({}, workers=1, pin=False)
-    trx = TransceiverProcess(relay, extra_args=["--client-rate", "0", "--admit-max-cpu", "0",
-                                                "--admit-max-loop-lag", "0"])  # fmt: skip
+    trx = TransceiverProcess(relay, extra_args=["--client-rate", "0", *NO_LOAD_GATE])
     relay.transceivers = {trx.tid: trx.media_address}
     with started_in_order(relay, trx):
         if cpu is not None:

@@ -40,7 +40,7 @@ from aiortc.rtcsctptransport import (
 from google_crc32c import value as crc32c
 
 from testbed.callers import EchoCaller, ToneTrack, loopback_only, whip_call
-from testbed.processes import RelayProcess, TransceiverProcess, sessions_ended
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, sessions_ended
 from testbed.procfs import process_cpu_ns, rss_bytes
 
 GAP_BLOCKS_PER_SACK = 280  # what fits one packet (4 bytes each)
@@ -308,7 +308,7 @@ async def run_all(attacks: list[str], sizes: dict[str, int], seconds: float) -> 
     # turn the next run's calls away; what it did shows in that run's figures.
     trx = TransceiverProcess(
         relay,
-        extra_args=["--drain-grace", "0", "--admit-max-cpu", "0", "--admit-max-loop-lag", "0"],
+        extra_args=["--drain-grace", "0", *NO_LOAD_GATE],
     )
     relay.transceivers = {0: trx.media_address}
     runs: list[Run] = []

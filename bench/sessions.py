@@ -78,7 +78,7 @@ from testbed.caller_workers import (
     mark,
     start_workers,
 )
-from testbed.processes import RelayProcess, TransceiverProcess, drain_stderr
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, drain_stderr
 from testbed.procfs import core_pct
 
 MAX_LOSS_PCT = 1.0  # the acceptance criteria's frame loss bound
@@ -352,7 +352,7 @@ def start_relay_and(
             extra_env=(envs or [{}] * len(backends))[tid],
         )
         # The steps measure the transceiver, not its admission policy (the overload step does).
-        trx.extra_args += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
+        trx.extra_args += NO_LOAD_GATE
         trx.extra_args += ["--client-rate", "0"]  # every call comes from one loopback address
         relay.transceivers[tid] = trx.media_address
         transceivers.append(trx)

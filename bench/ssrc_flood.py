@@ -33,7 +33,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtp import RtcpRrPacket
 
 from testbed.callers import ToneTrack, loopback_only, whip_call
-from testbed.processes import RelayProcess, TransceiverProcess
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess
 from testbed.procfs import udp_drops
 
 OPUS_SILENCE = b"\xf8\xff\xfe"  # one 20 ms Opus frame of silence (RFC 6716 TOC + payload)
@@ -208,7 +208,7 @@ async def _cpu_us_per_packet(pid: int, send: Any, packets: int, idle_per_s: floa
 async def run_bench(rtp_ssrcs: int, rtcp_ssrcs: int, junk: int) -> Result:
     result = Result(rtp_ssrcs, rtcp_ssrcs, junk)
     # Admission off: a flooded transceiver (before the latch) refuses new calls as overloaded.
-    with direct_transceiver(["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]) as trx:
+    with direct_transceiver(NO_LOAD_GATE) as trx:
         assert trx.proc is not None
         pid = trx.proc.pid
         flooded, fresh = FloodCaller(440, seed=1), FloodCaller(660, seed=2)

@@ -197,6 +197,12 @@ class RelayProcess:
         self.stop()
 
 
+# Transceiver options that turn its load gate off (transceiver.headroom): for a run whose
+# point is not admission, on a machine whose load is not the run's own (a benchmark saturating
+# on purpose, a test sharing a busy CI core with others).
+NO_LOAD_GATE = ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
+
+
 @dataclass
 class TransceiverProcess:
     """``transceiver serve`` in a child process, behind ``relay`` (a started RelayProcess)."""

@@ -21,7 +21,7 @@ import sys
 import threading
 
 from common.config import parse_host_port
-from testbed.processes import RelayProcess, TransceiverProcess, started_in_order
+from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, started_in_order
 from tests.support.voice_agent import running_agent
 
 MODEL = "agent"  # the model the backend URL names; the agent takes any
@@ -45,7 +45,7 @@ def transceiver_args(args: argparse.Namespace, agent_url: str) -> list[str]:
     extra += ["--drain-grace", "1", "--log-level", "info", "--relay-network", "127.0.0.1"]
     # Load admission is not what this stack is for, and Chromium starting beside it on a small
     # shared machine makes the event loop late enough to refuse the one call (503).
-    extra += ["--admit-max-cpu", "0", "--admit-max-loop-lag", "0"]
+    extra += NO_LOAD_GATE
     for option in ("realtime_key_file", "token_secret_file"):
         path = getattr(args, option)
         if path:

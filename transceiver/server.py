@@ -29,7 +29,6 @@ from transceiver.call import opus, seam
 from transceiver.call.certificate import CertificateHolder
 from transceiver.call.lifecycle import State
 from transceiver.call.outbound import AudioClock
-from transceiver.call.outbound_track import silent_packet
 from transceiver.call.session import Session, SessionContext
 from transceiver.config import TransceiverConfig
 from transceiver.headroom import TICK_S, WINDOW_S, Headroom, no_capacity
@@ -50,7 +49,9 @@ def warm_up() -> None:
     """What the first call would otherwise pay for, once per process, at start: libopus and
     libavfilter set themselves up on first use (measured 3-16 ms on the bench machine, on the
     event loop, in the first call's first audio frame each way)."""
-    opus.Decoder().decode(silent_packet())  # encoding it set up the encoder's side
+    encoder, decoder = opus.Encoder(), opus.Decoder()
+    for packet in [*encoder.encode(bytes(opus.RATE // 50 * 2)), opus.SILENCE_FRAME]:
+        decoder.decode(packet)
 
 
 class TransceiverServer:

@@ -10,11 +10,12 @@ import pytest
 from testbed.callers import goertzel_power, opus_tone_packets
 from transceiver.call.opus import (
     MAX_PACKET_BYTES,
+    SILENCE_FRAME,
     Decoder,
     Encoder,
     OpusError,
     packet_samples,
-    silence_packet,
+    silence_frame,
 )
 
 
@@ -81,11 +82,45 @@ def test_undecodable_packet_raises_opus_error():
         Decoder().decode(bytes([toc(31, 3)]))
 
 
-def test_encoder_and_silence_give_20_ms_packets():
+def test_encoder_gives_20_ms_packets():
     encoder = Encoder()
     packets = [p for _ in range(3) for p in encoder.encode(bytes(1920))]
     assert packets and all(packet_samples(bytes(p)) == 960 for p in packets)
-    silent = silence_packet()
-    assert packet_samples(silent) == 960 and len(silent) < 64
-    pcm = array.array("h", Decoder().decode(silent))
-    assert len(pcm) == 960 and max(map(abs, pcm)) < 64
+
+
+@pytest.mark.parametrize("layout", ["mono", "stereo"])
+def test_the_silence_frame_is_what_libopus_codes_for_silence_in_celt_mode(layout):
+    enc = av.CodecContext.create("libopus", "w")
+    enc.format, enc.layout, enc.sample_rate, enc.bit_rate = "s16", layout, 48000, 64000
+    enc.options = {"application": "lowdelay"}  # CELT only
+    channels = 2 if layout == "stereo" else 1
+    packets = []
+    for k in range(3):
+        frame = av.AudioFrame(format="s16", layout=layout, samples=960)
+        frame.planes[0].update(bytes(960 * 2 * channels))
+        frame.sample_rate, frame.pts = 48000, k * 960
+        packets += [bytes(p) for p in enc.encode(frame)]
+    assert packets and set(packets) == {silence_frame(packets[0][0])}
+    assert silence_frame(0xFC) == b"\xfc\xff\xfe" and silence_frame(0x78) == SILENCE_FRAME
+    assert packet_samples(SILENCE_FRAME) == 960
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 48000])
+def test_the_silence_frame_silences_a_decoder_in_any_state(rate):
+    """After loud audio of any mode (8 kHz: SILK; 16 kHz: CELT wide band; 48 kHz noise:
+    hybrid), the silence frame fades out what was playing within its own 20 ms, and the next
+    is digital silence: it fits any stream, whichever encoder made it."""
+    import random
+
+    rnd = random.Random(rate)
+    encoder, decoder = Encoder(rate), Decoder()
+    loud = 0
+    for _ in range(20):
+        pcm = array.array("h", (rnd.randint(-12000, 12000) for _ in range(rate // 50)))
+        for packet in encoder.encode(pcm.tobytes()):
+            loud = max(loud, max(map(abs, array.array("h", decoder.decode(packet)))))
+    fade = array.array("h", decoder.decode(SILENCE_FRAME))
+    after = array.array("h", decoder.decode(SILENCE_FRAME))
+    assert len(fade) == len(after) == 960
+    assert max(map(abs, fade)) <= loud and max(map(abs, fade[480:])) == 0
+    assert max(map(abs, after)) == 0

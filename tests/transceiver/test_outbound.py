@@ -24,8 +24,9 @@ from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16
 from transceiver.call.inbound import UNPROTECT_FAILED, InboundAudio, direct_rtp
+from transceiver.call.opus import SILENCE_FRAME
 from transceiver.call.outbound import AudioClock, PhasedSenders, ntp_now
-from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack, silent_packet
+from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack
 from transceiver.call.seam import DirectSender, InlineAudioReceiver, InlineAudioSender, latch_srtp
 from transceiver.call.seam import install_receiver as install_inbound
 from transceiver.call.seam import install_sender as install
@@ -98,7 +99,7 @@ def test_a_direct_sender_sends_silence_when_the_backend_is_quiet_and_nothing_bef
     srtp = lambda data: data  # noqa: E731
     assert direct.send_due(100.0, 0) == 0, "the slot is held open for the backend's audio"
     assert direct.send_due(100.0 + SLOT_GRACE_S, 0) == 1
-    assert RtpPacket.parse(sent[0], extensions()).payload == silent_packet()
+    assert RtpPacket.parse(sent[0], extensions()).payload == SILENCE_FRAME  # before any audio
 
 
 def test_a_late_tick_catches_up_a_bounded_number_of_packets():
@@ -312,20 +313,19 @@ def test_a_quiet_pcm_backend_costs_no_encoding_and_its_timestamps_stay_on_the_cl
     from transceiver.call.outbound_track import ENCODED_SILENCE_FRAMES
 
     track = BackendAudioTrack()  # pcm16
-    encoded: list[int] = []
+    encoded: list[list[bytes]] = []  # what the encoder returned, frame by frame
     track._encoder = None
     assert track.take_due(100.0, limit=1) == []  # the clock starts; the slot is held open
     due = track.take_due(100.0 + SLOT_GRACE_S, limit=1)  # then silence fills it
     encoder = track._encoder
     assert encoder is not None
     original = encoder.encode
-    encoder.encode = lambda pcm: encoded.append(1) or original(pcm)  # type: ignore[method-assign]
+    encoder.encode = lambda pcm: encoded.append(original(pcm)) or encoded[-1]  # type: ignore[method-assign]
     for i in range(1, 12):  # eleven more quiet frames
         due += track.take_due(100.0 + 0.02 * i + SLOT_GRACE_S, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES - 1, "a few encoded to fade out, then none"
     # this encoder's own silent packet, repeated: never another encoder's spliced in (issue 25)
-    assert [payload for payload, _ in due[-5:]] == [track._own_silence] * 5
-    assert track._own_silence and track._own_silence != silent_packet()
+    assert [payload for payload, _ in due[-5:]] == [encoded[-1][-1]] * 5
     track.push(bytes(1920))  # speech (here: a frame of zeros the backend sent) resumes
     due += track.take_due(100.0 + 0.02 * 12, limit=1)
     assert len(encoded) == ENCODED_SILENCE_FRAMES
@@ -408,16 +408,16 @@ def test_a_backend_ahead_of_real_time_gets_silence_on_the_tick_and_its_audio_at_
         return [(p.payload, p.timestamp) for p in (RtpPacket.parse(d, extensions()) for d in sent)]
 
     assert direct.send_due(100.0, 0, 100.0) == 1  # nothing queued: silence now, not held
-    assert heard() == [(silent_packet(), 0)]
+    assert heard() == [(SILENCE_FRAME, 0)]
     now[0] = 100.007
     for packet in TONE[:4]:  # a burst, 7 ms after the tick: the first goes at once, in slot 1
         track.push_opus(packet)
     assert heard()[-1] == (TONE[0], 960) and len(sent) == 2
     assert direct.send_due(100.020, 0, 100.020) == 0  # slot 1 went; slot 2 is due at 100.040
     assert direct.send_due(100.040, 0, 100.040) == 1 and heard()[-1] == (TONE[1], 1920)
-    track.clear()  # a barge-in: the slot after it is silence on its tick, no step
-    dtx = bytes((TONE[1][0] & 0xFC,))
-    assert direct.send_due(100.060, 0, 100.060) == 1 and heard()[-1] == (dtx, 2880)
+    track.clear()  # a barge-in: the slot after it is silence on its tick, no step, and
+    # silence itself, not a DTX frame: concealment would carry the cut speech on
+    assert direct.send_due(100.060, 0, 100.060) == 1 and heard()[-1] == (SILENCE_FRAME, 2880)
 
 
 def test_a_track_learns_from_its_pushes_whether_the_backend_is_ahead_or_live():
@@ -437,11 +437,15 @@ def test_a_track_learns_from_its_pushes_whether_the_backend_is_ahead_or_live():
     assert track.take_due(100.14) == []  # slot 7, empty, live: held open for its audio
 
 
-def stalled_stream_peak(audio_format: str, rate: int, stall: int) -> float:
+STALL_FROM = 30  # the frame at which the backend's input stalls
+
+
+def stalled_stream_peaks(audio_format: str, rate: int, stall: int) -> list[float]:
     """A 440 Hz tone at 0.11 of full scale through the outbound track, the backend's input
-    stalling for ``stall`` frames from frame 30 (pcm16: PCM at ``rate``; opus: a backend's own
-    encoder's packets), every packet taken on its tick and decoded by a fresh libopus decoder,
-    as the caller's would: the stream's peak, in full scale."""
+    stalling for ``stall`` frames from ``STALL_FROM`` (pcm16: PCM at ``rate``; opus: packets
+    of a backend's own encoder, fed PCM at ``rate``), every packet taken on its tick and
+    decoded by a fresh libopus decoder, as the caller's would: each slot's peak, in full
+    scale."""
     import array
     import math
 
@@ -450,14 +454,14 @@ def stalled_stream_peak(audio_format: str, rate: int, stall: int) -> float:
     samples = rate // 50
     track = BackendAudioTrack()
     track.set_format(audio_format, rate if audio_format == PCM16 else 48000)
-    backend = opus.Encoder(48000) if audio_format == OPUS else None
-    decoder, peak, k = opus.Decoder(), 0, 0
+    backend = opus.Encoder(rate) if audio_format == OPUS else None
+    w = 2 * math.pi * 440 / rate
+    decoder, peaks, k = opus.Decoder(), [], 0
     for step in range(90):
         t = 100.0 + 0.02 * step
-        if not 30 <= step < 30 + stall:
-            w = 2 * math.pi * 440 / (rate if backend is None else 48000)
-            n = samples if backend is None else 960
-            pcm = array.array("h", (int(3604 * math.sin(w * (k * n + i))) for i in range(n)))
+        if not STALL_FROM <= step < STALL_FROM + stall:
+            tone = (int(3604 * math.sin(w * (k * samples + i))) for i in range(samples))
+            pcm = array.array("h", tone)
             if backend is None:
                 track.push(pcm.tobytes())
             else:
@@ -466,21 +470,29 @@ def stalled_stream_peak(audio_format: str, rate: int, stall: int) -> float:
             k += 1
         for payload, _ in track.take_due(t + SLOT_GRACE_S, grid_at=t):
             decoded = array.array("h", decoder.decode(payload))
-            peak = max(peak, max(abs(x) for x in decoded))
-    return peak / 32767
+            peaks.append(max(abs(x) for x in decoded) / 32767)
+    return peaks
 
 
-@pytest.mark.parametrize(("audio_format", "rate"), [(PCM16, 24000), (PCM16, 48000), (OPUS, 0)])
+@pytest.mark.parametrize(
+    ("audio_format", "rate"),
+    [(PCM16, 24000), (PCM16, 48000), (OPUS, 16000), (OPUS, 24000), (OPUS, 48000)],
+)
 def test_silence_across_a_stalled_input_never_bursts_in_the_caller_s_decoder(
     audio_format: str, rate: int
 ) -> None:
-    """Whatever the stall (1 frame: a slot of silence; 4: the encoder's own silence repeated;
-    40: a long pause), what the caller decodes stays within the input's peak (0.11) plus the
-    codec's own overshoot. The cached packet of another encoder (hybrid, full band) spliced
-    into the call's stream decoded to full scale (1.0) from 4 frames on (issue 25)."""
-    for stall in (1, 4, 40):
-        peak = stalled_stream_peak(audio_format, rate, stall)
-        assert peak <= 0.11 * 1.25, (stall, peak)
+    """Whatever the stall (1 frame: a slot of silence; 4: the encoder's own silence repeated,
+    or in opus two frames concealed then silence; 10 and 40: a long pause), what the caller
+    decodes stays within the input's peak (0.11) plus the codec's own overshoot, and a long
+    stall is silence by its end. The cached packet of another encoder (hybrid, full band)
+    spliced into the call's stream decoded to full scale (1.0) from 4 frames on; in opus,
+    concealment all through a stall rose to 0.18 (a 24 kHz backend's stream, 10 frames in)
+    and stayed at a third of the tone's level (issue 25)."""
+    for stall in (1, 4, 10, 40):
+        peaks = stalled_stream_peaks(audio_format, rate, stall)
+        assert max(peaks) <= 0.11 * 1.25, (stall, max(peaks))
+        if stall >= 4:
+            assert peaks[STALL_FROM + stall - 1] < 0.003, (stall, "silence by the stall's end")
 
 
 def test_a_failure_between_ticks_is_the_sender_s_not_the_backend_s():

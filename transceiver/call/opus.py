@@ -7,6 +7,7 @@ the bench machine): not worth a second way to find the library.
 
 ``packet_samples`` reads a packet's duration from its TOC byte (RFC 6716 section 3.1) without
 decoding it; Opus passthrough paces and validates the backend's packets with it.
+``SILENCE_FRAME`` is silence that fits any Opus stream.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ MAX_PACKET_SAMPLES = RATE * 120 // 1000  # RFC 6716 3.4 [R5]: at most 120 ms per
 # Frame duration in 48 kHz samples by TOC configuration (RFC 6716 table 2): SILK 10/20/40/60 ms,
 # hybrid 10/20 ms, CELT 2.5/5/10/20 ms.
 _FRAME_SAMPLES = (480, 960, 1920, 2880) * 3 + (480, 960) * 2 + (120, 240, 480, 960) * 4
+
+# 20 ms of CELT (TOC config 31: CELT, full band, 20 ms; mono; one frame) whose first symbol is
+# the silence flag (RFC 6716 4.3, Table 56), which skips every other symbol: what libopus codes
+# for digital silence in CELT mode. A decoder in any state decodes it to silence and sets its band
+# energies to their floor, so it fits any Opus stream, whichever encoder made the rest. A silent
+# packet of another encoder does not: its coded audio is predicted from that encoder's state
+# (issue 25: spliced into a call's stream, one decoded to a 40 ms full-scale burst).
+SILENCE_FRAME = b"\xf8\xff\xfe"
+STEREO_BIT = 0x04  # of the TOC byte (RFC 6716 3.1)
 
 
 class OpusError(ValueError):
@@ -104,12 +114,6 @@ class Encoder:
         return [bytes(packet) for packet in self._codec.encode(frame)]
 
 
-def silence_packet() -> bytes:
-    """20 ms of Opus silence, encoded once: what passthrough sends while the backend is quiet."""
-    encoder = Encoder()
-    silence = bytes(RATE // 50 * 2)
-    # The first packets still carry the encoder's start-up (look-ahead): keep a steady one.
-    packets = [p for _ in range(4) for p in encoder.encode(silence)]
-    if not packets:
-        raise RuntimeError("libopus returned no packet for 80 ms of silence")
-    return packets[-1]
+def silence_frame(toc: int = 0) -> bytes:
+    """``SILENCE_FRAME`` with the stereo flag of a stream's TOC byte ``toc`` (mono or stereo)."""
+    return bytes((SILENCE_FRAME[0] | toc & STEREO_BIT,)) + SILENCE_FRAME[1:]

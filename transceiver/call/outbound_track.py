@@ -13,7 +13,6 @@ outbound packets, which a 1:1 voice session does not need. Inbound audio:
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -47,14 +46,15 @@ SLOT_GRACE_S = 0.010
 AHEAD_FRAMES = 3
 # Silent frames still given to the encoder when the backend falls quiet, so that its state
 # (and the caller's decoder's) fades out and the next speech starts from silence; after them
-# the cached silent packet is sent instead.
+# the encoder's own last silent packet is repeated instead.
 ENCODED_SILENCE_FRAMES = 3
-
-
-@functools.cache
-def silent_packet() -> bytes:
-    """20 ms of Opus silence, encoded once per process: passthrough's filler."""
-    return opus.silence_packet()
+# Opus passthrough: empty slots the caller's decoder conceals (a DTX frame of the backend's
+# stream: concealed as a lost packet is, which carries a short gap smoothly) before silence
+# (``opus.SILENCE_FRAME``) ends the sound. Concealment kept up for a whole stall extrapolated the
+# last sound: a fresh libopus decoder played up to 1.6 x the input's peak 200 ms into a stall
+# (a 24 kHz backend's tone), then noise at a third of its level for as long as the backend
+# stayed quiet (issue 25; tests/transceiver/test_outbound.py).
+CONCEALED_SLOTS = 2
 
 
 class BackendAudioTrack(MediaStreamTrack):
@@ -85,11 +85,13 @@ class BackendAudioTrack(MediaStreamTrack):
         self._frame_bytes = frame_bytes(AUDIO_SAMPLE_RATE)
         self._silence = bytes(self._frame_bytes)
         self._encoder: opus.Encoder | None = None
-        self._quiet_frames = 0  # consecutive frames of silence sent (pcm16)
-        self._own_silence = b""  # the encoder's packet for its last encoded silent frame
-        # opus: the backend's last TOC as a frame of 0 bytes, what fills a slot it left empty:
-        # RFC 6716 3.2.1's DTX, which the caller's decoder conceals in the stream's own mode.
+        self._quiet_frames = 0  # consecutive slots of silence sent
+        self._own_silence = b""  # pcm16: the encoder's packet for its last encoded silent frame
+        # opus: the backend's last TOC as a frame of 0 bytes, what fills the first slots it left
+        # empty (``CONCEALED_SLOTS``): RFC 6716 3.2.1's DTX, which the caller's decoder conceals
+        # in the stream's own mode; then silence, in the stream's channels.
         self._dtx = b""
+        self._silence_frame = opus.SILENCE_FRAME
         self._pts = 0
         self._start: float | None = None
         # The backend sends ahead of real time (its last push left AHEAD_FRAMES queued): a slot
@@ -120,8 +122,6 @@ class BackendAudioTrack(MediaStreamTrack):
         self._ahead = ahead
         self._frame_bytes = frame_bytes(sample_rate)
         self._silence = bytes(self._frame_bytes)
-        if audio_format == OPUS:
-            silent_packet()  # encoded now, not in the first recv
 
     def push(self, pcm: bytes) -> None:
         """Queue PCM from the backend (any length; split into whole frames, rest kept)."""
@@ -140,8 +140,8 @@ class BackendAudioTrack(MediaStreamTrack):
         """Queue one Opus packet from the backend; ValueError (``OpusError``) if it is not one."""
         samples = opus.packet_samples(packet)
         dtx = bytes((packet[0] & 0xFC,))  # code 0: one frame, of 0 bytes
-        if opus.packet_samples(dtx) == SAMPLES_PER_FRAME:
-            self._dtx = dtx
+        self._dtx = dtx if opus.packet_samples(dtx) == SAMPLES_PER_FRAME else b""
+        self._silence_frame = opus.silence_frame(packet[0])
         if len(self._packets) == self._packets.maxlen:
             self.frames_dropped += 1
         self._packets.append((bytes(packet), samples))
@@ -172,6 +172,8 @@ class BackendAudioTrack(MediaStreamTrack):
         self._frames.clear()
         self._packets.clear()
         self._pending = b""
+        if self.audio_format == OPUS:  # silence at once: no concealment carries the cut sound on
+            self._quiet_frames = max(self._quiet_frames, CONCEALED_SLOTS)
         return dropped
 
     def _next(self) -> list[bytes]:
@@ -181,8 +183,12 @@ class BackendAudioTrack(MediaStreamTrack):
                 payload, samples = self._packets.popleft()
                 self._count_out()
                 self._early = False
-            else:  # the stream's own 20 ms DTX frame; before any, the cached silent packet
-                payload, samples = self._dtx or silent_packet(), SAMPLES_PER_FRAME
+                self._quiet_frames = 0
+            else:  # the stream's own DTX frame for a short gap, then silence; silence before any
+                self._quiet_frames += 1
+                concealed = self._dtx and self._quiet_frames <= CONCEALED_SLOTS
+                payload = self._dtx if concealed else self._silence_frame
+                samples = SAMPLES_PER_FRAME
             self._pts += samples
             return [payload]
         silence = self._silence

@@ -34,9 +34,9 @@ from aiortc.rtp import RtcpRrPacket
 
 from testbed.callers import ToneTrack, loopback_only, whip_call
 from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess
+from transceiver.call.opus import SILENCE_FRAME
 from testbed.procfs import udp_drops
 
-OPUS_SILENCE = b"\xf8\xff\xfe"  # one 20 ms Opus frame of silence (RFC 6716 TOC + payload)
 BURST = 100  # packets sent back to back, then a pause: the transceiver's socket never overflows
 PAUSE_S = 0.01
 ROUNDS = 3  # CPU measurements per call and kind, alternating: the median is printed
@@ -108,7 +108,7 @@ class FloodCaller:
         for i in range(rtp_ssrcs):
             header = struct.pack("!BBHII", 0x80, pt, i & 0xFFFF, (i * 960) & 0xFFFFFFFF, 0)
             ssrc = self._new_ssrc().to_bytes(4, "big")
-            packets.append(tx.protect(header[:8] + ssrc + OPUS_SILENCE))
+            packets.append(tx.protect(header[:8] + ssrc + SILENCE_FRAME))
         for _ in range(rtcp_ssrcs):
             packets.append(tx.protect_rtcp(bytes(RtcpRrPacket(ssrc=self._new_ssrc()))))
         self.sent_rtp += rtp_ssrcs

@@ -34,8 +34,8 @@ from aiortc.rtp import RtcpRrPacket
 
 from testbed.callers import ToneTrack, loopback_only, whip_call
 from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess
-from transceiver.call.opus import SILENCE_FRAME
 from testbed.procfs import udp_drops
+from transceiver.call.opus import SILENCE_FRAME
 
 BURST = 100  # packets sent back to back, then a pause: the transceiver's socket never overflows
 PAUSE_S = 0.01

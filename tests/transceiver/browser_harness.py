@@ -1,19 +1,31 @@
-"""One real browser call through the whole stack: headless Chromium -> relay -> transceiver -> echo.
+"""One real browser call through the whole stack: headless Chromium or Firefox -> relay ->
+transceiver -> echo.
 
 Meant to run INSIDE a fresh network namespace (``unshare --net`` then ``ip link set lo up``;
-``test_browser.py`` does that): Chromium would otherwise offer and use a non-loopback address of
-the machine (docs/transceiver.md). For ``--host ::1`` the namespace also needs what a dual-stack
-host has (a global IPv6 address and a default route), or Chromium gathers no IPv6 loopback
+``test_browser.py`` does that): a browser would otherwise offer and use a non-loopback address of
+the machine (docs/transceiver.md). For ``--host ::1`` Chromium's namespace also needs what a
+dual-stack host has (a global IPv6 address and a default route), or it gathers no IPv6 loopback
 candidate at all; ``test_browser.py`` says why. The harness starts the stack
-(``rtcedge up`` by default), then Chromium with a fake microphone that plays a beep, drives the page
-over the Chrome DevTools Protocol (a small aiohttp WebSocket client; no browser-automation
-dependency), clicks Talk, waits for the call to connect, lets audio flow, reads
-``window.rtcedge.stats()``, clicks Hang up, stops both processes by PID and prints ONE JSON line to
-stdout. Progress goes to stderr. It always exits by itself: every wait is bounded, and a watchdog
-thread kills the children and exits if even the cleanup hangs.
+(``rtcedge up`` by default), then the browser (``--browser chromium``, the default, or
+``firefox``) with a fake microphone (Chromium's beeps; Firefox's plays a steady ``TONE_HZ`` sine),
+drives the page over the browser's own remote protocol (a small aiohttp WebSocket client for each;
+no browser-automation dependency): the Chrome DevTools Protocol for Chromium, WebDriver BiDi for
+Firefox (which dropped CDP; BiDi is the W3C protocol it serves on the same kind of socket, where
+Marionette would be a second, Mozilla-only wire format). It clicks Talk, waits for the call to
+connect, lets audio flow, measures the dominant frequency of the microphone and of the echo
+(``tone``), reads ``window.rtcedge.stats()``, clicks Hang up, stops both processes by PID (and
+their process groups: renderers, content processes) and prints ONE JSON line to stdout. Progress
+goes to stderr. It always exits by itself: every wait is bounded, and a watchdog thread kills the
+children and exits if even the cleanup hangs.
 
     python -m tests.transceiver.browser_harness --http-port 8080 --relay-port 3478 \\
-        [--stack 'rtcedge up --http {http} --relay {relay}'] [--screenshot /tmp/page.png]
+        [--browser firefox] [--stack 'rtcedge up --http {http} --relay {relay}'] \\
+        [--screenshot /tmp/page.png]
+
+``--camera`` makes the page offer the fake camera too, as a video app's page does (the
+microphone's stream asked with ``video: true``, its video track added beside the audio one): the
+call must still connect, audio-only. The report's ``sdp`` holds the offer and the answer, and
+``video`` the connection's video RTP counters.
 
 ``--repeat N`` then places N - 1 more calls, one after another (Talk, connected, Hang up), and
 reports how fast each connected from the page's own marks (``connect_timings``) and the medians
@@ -60,7 +72,10 @@ from testbed.fleet import STACK_LINE
 from testbed.processes import metric_value
 
 DEFAULT_STACK = "rtcedge up --http {http} --relay {relay}"
+BROWSERS = ("chromium", "firefox")
+BUNDLE_POLICIES = ("balanced", "max-bundle", "max-compat")  # RTCBundlePolicy
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
+DEFAULT_FIREFOX = "/usr/bin/firefox-esr"  # Debian's firefox-esr
 # Flags from the machine notes: without the background-networking ones Chromium keeps trying to
 # reach Google's hosts through a network that refuses it.
 CHROMIUM_FLAGS = (
@@ -82,6 +97,48 @@ CHROMIUM_FLAGS = (
     "--remote-debugging-port=0",  # the chosen port is written to DevToolsActivePort
     "--window-size=1000,1000",
 )
+TONE_HZ = 440  # Firefox's fake microphone (media.navigator.audio.fake_frequency; its own: 1000)
+# user.js of the throwaway Firefox profile: the prefs must be in place before it starts.
+FIREFOX_PREFS: dict[str, bool | int | str] = {
+    # Fake devices (dom/media/webrtc/MediaEngineFake.cpp: a sine at fake_frequency, and a
+    # colour-cycling camera), granted without a prompt; the echo and Web Audio play unprompted.
+    "media.navigator.streams.fake": True,
+    "media.navigator.audio.fake_frequency": TONE_HZ,
+    "media.navigator.permission.disabled": True,
+    # Allowed by default, as if the user had said yes for good: with no stored permission (the
+    # prompt is off, so none is stored) nICEr gathers only the default route's address ("use
+    # only default local addresses: yes"), which a namespace without a route lacks: no candidate.
+    "permissions.default.microphone": 1,
+    "permissions.default.camera": 1,
+    "media.autoplay.default": 0,
+    "media.autoplay.block-webaudio": False,
+    # No sound device here: an AudioContext would never leave "suspended" (nor would the
+    # harness's analyser run); cubeb's mock context plays to nowhere on a real-time clock.
+    "media.cubeb.force_mock_context": True,
+    # nICEr leaves loopback interfaces out of gathering unless told: without this the namespace's
+    # lo gives no candidate and ICE never starts. Real addresses in candidates, not mDNS names.
+    "media.peerconnection.ice.loopback": True,
+    "media.peerconnection.ice.obfuscate_host_addresses": False,
+    # Nothing of its own to do: no first-run pages, default-browser check, updates, telemetry,
+    # experiments or remote settings (the namespace has no route out; quiet logs, less CPU).
+    "browser.shell.checkDefaultBrowser": False,
+    "browser.startup.homepage_override.mstone": "ignore",
+    "browser.startup.page": 0,
+    "browser.newtabpage.enabled": False,
+    "app.update.disabledForTesting": True,
+    "app.normandy.enabled": False,
+    "messaging-system.rsexperimentloader.enabled": False,
+    "services.settings.server": "data:,#remote-settings-dummy/v1",
+    "datareporting.policy.dataSubmissionEnabled": False,
+    "datareporting.healthreport.uploadEnabled": False,
+    "toolkit.telemetry.enabled": False,
+    "browser.safebrowsing.malware.enabled": False,
+    "browser.safebrowsing.phishing.enabled": False,
+    "browser.safebrowsing.downloads.enabled": False,
+    "extensions.update.enabled": False,
+    "network.connectivity-service.enabled": False,
+    "network.captive-portal-service.enabled": False,
+}
 READY_LINE = re.compile(r"\bready\b", re.IGNORECASE)  # not "already in use"
 
 
@@ -104,6 +161,10 @@ class HarnessConfig:
     migrate: bool = False  # scale down the call's transceiver; the page must move the call
     page_path: str = "/"  # the page to open (realtime_harness: /realtime)
     chromium_flags: tuple[str, ...] = ()  # after CHROMIUM_FLAGS (e.g. a fake microphone's file)
+    browser: str = "chromium"  # one of BROWSERS
+    firefox: str = DEFAULT_FIREFOX
+    camera: bool = False  # the page offers the fake camera beside the microphone
+    bundle_policy: str | None = None  # the page's peer connection's, instead of its own
 
     @property
     def origin(self) -> str:
@@ -136,10 +197,13 @@ class Child:
         self._drain = asyncio.create_task(self._read(proc.stdout))
 
     @classmethod
-    async def start(cls, name: str, argv: list[str], keep_lines: int = 40) -> Child:
+    async def start(
+        cls, name: str, argv: list[str], keep_lines: int = 40, env: dict[str, str] | None = None
+    ) -> Child:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -229,8 +293,15 @@ class Child:
         self._signal_group(signal.SIGKILL)
 
 
-class Cdp:
-    """Just enough of the Chrome DevTools Protocol: commands by id, and a few events kept."""
+class Rpc:
+    """Commands by id over one WebSocket, each reply matched to its command, events kept.
+
+    The shape the Chrome DevTools Protocol and WebDriver BiDi share: ``{"id", "method",
+    "params"}`` out; a reply with the same id (``"error"`` in it when it failed), or an event
+    (``"method"``, ``"params"``). Subclasses speak a protocol's page operations over ``call``.
+    """
+
+    protocol = "remote protocol"
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._ws = ws
@@ -248,18 +319,15 @@ class Cdp:
                 future = self._pending.pop(data.get("id", -1), None)
                 if future is not None and not future.done():
                     future.set_result(data)
-                elif data.get("method") == "Runtime.consoleAPICalled":
-                    args = data["params"].get("args", [])
-                    text = " ".join(str(a.get("value", a.get("description", ""))) for a in args)
-                    self.console.append(f"console.{data['params'].get('type')}: {text}")
-                elif data.get("method") == "Runtime.exceptionThrown":
-                    details = data["params"].get("exceptionDetails", {})
-                    text = details.get("exception", {}).get("description") or details.get("text")
-                    self.console.append(f"exception: {text}")
+                elif "method" in data:
+                    self.event(data["method"], data.get("params", {}))
         finally:
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(HarnessError("DevTools connection closed"))
+                    future.set_exception(HarnessError(f"{self.protocol} connection closed"))
+
+    def event(self, method: str, params: dict[str, Any]) -> None:
+        """An event of the protocol; the subclass keeps the console's."""
 
     async def call(self, method: str, timeout_s: float = 10, **params: Any) -> dict[str, Any]:
         self._next_id += 1
@@ -269,10 +337,41 @@ class Cdp:
         try:
             reply = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
-            raise HarnessError(f"DevTools {method} got no reply in {timeout_s} s") from None
+            raise HarnessError(f"{self.protocol} {method} got no reply in {timeout_s} s") from None
         if "error" in reply:
-            raise HarnessError(f"DevTools {method} failed: {reply['error']}")
+            why = f"{reply['error']}: {reply['message']}" if "message" in reply else reply["error"]
+            raise HarnessError(f"{self.protocol} {method} failed: {why}")
         return reply.get("result", {})
+
+    async def close(self) -> None:
+        await self._ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+class Cdp(Rpc):
+    """Just enough of the Chrome DevTools Protocol, on one page target."""
+
+    protocol = "DevTools"
+
+    def event(self, method: str, params: dict[str, Any]) -> None:
+        if method == "Runtime.consoleAPICalled":
+            args = params.get("args", [])
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in args)
+            self.console.append(f"console.{params.get('type')}: {text}")
+        elif method == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            text = details.get("exception", {}).get("description") or details.get("text")
+            self.console.append(f"exception: {text}")
+
+    async def start(self) -> str:
+        """Page and console events on; the browser's version."""
+        await self.call("Page.enable")
+        await self.call("Runtime.enable")
+        with contextlib.suppress(HarnessError):  # for the report only
+            return (await self.call("Browser.getVersion")).get("product", "")
+        return ""
 
     async def evaluate(self, expression: str, timeout_s: float = 10) -> Any:
         """Run JavaScript in the page, awaiting a returned promise; the value comes back as JSON."""
@@ -289,11 +388,78 @@ class Cdp:
             raise HarnessError(f"page script failed: {expression!r}: {text}")
         return result.get("result", {}).get("value")
 
-    async def close(self) -> None:
-        await self._ws.close()
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+    async def navigate(self, url: str) -> None:
+        await self.call("Page.navigate", url=url)
+
+    async def add_init_script(self, source: str) -> None:
+        """``source`` runs in every new document, before the page's own scripts."""
+        await self.call("Page.addScriptToEvaluateOnNewDocument", source=source)
+
+    async def screenshot(self) -> bytes:
+        return base64.b64decode((await self.call("Page.captureScreenshot", format="png"))["data"])
+
+
+class Bidi(Rpc):
+    """Just enough of WebDriver BiDi (https://w3c.github.io/webdriver-bidi/), on the first
+    browsing context: what Firefox serves at ``ws://HOST:PORT/session``."""
+
+    protocol = "WebDriver BiDi"
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        super().__init__(ws)
+        self.context = ""
+
+    def event(self, method: str, params: dict[str, Any]) -> None:
+        if method == "log.entryAdded":
+            kind = params.get("method") or params.get("type")
+            self.console.append(f"{kind}.{params.get('level')}: {params.get('text')}")
+
+    async def start(self) -> str:
+        """A session, the console's events, the tab to drive; the browser's version."""
+        session = await self.call("session.new", capabilities={})
+        await self.call("session.subscribe", events=["log.entryAdded"])
+        contexts = (await self.call("browsingContext.getTree")).get("contexts", [])
+        if not contexts:
+            raise HarnessError("WebDriver BiDi: the browser has no browsing context")
+        self.context = contexts[0]["context"]
+        caps = session.get("capabilities", {})
+        return f"{caps.get('browserName', '')} {caps.get('browserVersion', '')}".strip()
+
+    async def evaluate(self, expression: str, timeout_s: float = 10) -> Any:
+        """Run JavaScript in the page, awaiting a returned promise; the value comes back as JSON.
+
+        The value crosses as a JSON string: BiDi's own serialization (typed remote values) would
+        need a decoder of its own for what ``JSON.stringify`` already does. ``userActivation``:
+        the page's click handlers run as a user's would (autoplay, audio contexts).
+        """
+        result = await self.call(
+            "script.evaluate",
+            timeout_s=timeout_s,
+            expression=f"(async () => JSON.stringify(await ({expression})))()",
+            target={"context": self.context},
+            awaitPromise=True,
+            resultOwnership="none",
+            userActivation=True,
+        )
+        if result.get("type") == "exception":
+            details = result.get("exceptionDetails", {})
+            raise HarnessError(f"page script failed: {expression!r}: {details.get('text')}")
+        value = result.get("result", {})
+        return json.loads(value["value"]) if value.get("type") == "string" else None
+
+    async def navigate(self, url: str) -> None:
+        # "complete": the old document is gone before the harness evaluates in the new one.
+        await self.call(
+            "browsingContext.navigate", timeout_s=15, context=self.context, url=url, wait="complete"
+        )
+
+    async def add_init_script(self, source: str) -> None:
+        """``source`` runs in every new document, before the page's own scripts."""
+        await self.call("script.addPreloadScript", functionDeclaration=f"() => {{ {source} }}")
+
+    async def screenshot(self) -> bytes:
+        shot = await self.call("browsingContext.captureScreenshot", context=self.context)
+        return base64.b64decode(shot["data"])
 
 
 async def poll(what: str, check: Any, timeout_s: float, interval_s: float = 0.1) -> Any:
@@ -322,6 +488,140 @@ def interfaces() -> list[str]:
     return sorted(name for _, name in socket.if_nameindex())
 
 
+# The harness's own instruments, installed before the page's script runs (the page stays what a
+# user runs): the microphone's stream and the page's peer connections, which the page keeps to
+# itself; and with --camera (__CAMERA__ becomes true) a video app's offer: the stream asked with
+# video too, its video track added right after the audio one.
+MEDIA_JS = r"""(() => {
+  const h = (window.rtcedgeHarness = { camera: __CAMERA__, microphone: null, peers: [] });
+  const devices = navigator.mediaDevices;
+  if (devices) {
+    const getUserMedia = devices.getUserMedia.bind(devices);
+    devices.getUserMedia = async (constraints) => {
+      const asked = h.camera && constraints && constraints.audio
+        ? { ...constraints, video: true } : constraints;
+      const stream = await getUserMedia(asked);
+      h.microphone = stream;
+      return stream;
+    };
+  }
+  const Native = window.RTCPeerConnection;
+  if (!Native) return;
+  const proto = Native.prototype;
+  if (__BUNDLE_POLICY__) {
+    window.RTCPeerConnection = class extends Native {
+      constructor(config, ...rest) {
+        super({ ...(config || {}), bundlePolicy: __BUNDLE_POLICY__ }, ...rest);
+      }
+    };
+  }
+  const keep = (pc) => { if (!h.peers.includes(pc)) h.peers.push(pc); };
+  const addTrack = proto.addTrack;
+  proto.addTrack = function (...args) { keep(this); return addTrack.apply(this, args); };
+  const addTransceiver = proto.addTransceiver;
+  proto.addTransceiver = function (trackOrKind, init) {
+    keep(this);
+    const added = addTransceiver.call(this, trackOrKind, init);
+    const stream = init && init.streams && init.streams[0];
+    const video = h.camera && trackOrKind && trackOrKind.kind === "audio" && stream
+      ? stream.getVideoTracks()[0] : null;
+    if (video && !this.getSenders().some((s) => s.track === video)) {
+      addTransceiver.call(this, video, { direction: "sendrecv", streams: init.streams });
+    }
+    return added;
+  };
+})();"""
+TONE_FFT = 8192  # analyser bins of sampleRate / 8192: 5.4 Hz at 44.1 kHz, 5.9 at 48
+TONE_MS = 1000  # spectra summed over this long, one every 100 ms
+TONE_TIMEOUT_S = 10
+# The dominant frequency of the microphone (what the browser sends) and of the echo (what it
+# plays back), each from the power spectra of an AnalyserNode (Blackman window) summed over
+# TONE_MS: the peak bin's frequency, its level (dBFS, averaged), and the share of all the
+# power within 3 bins of it (a pure tone: ~1; noise or silence: far less).
+TONE_JS = r"""
+(async () => {
+  const h = window.rtcedgeHarness;
+  const remote = document.getElementById("remote-audio").srcObject;
+  const tracks = {
+    microphone: h && h.microphone ? h.microphone.getAudioTracks()[0] : null,
+    echo: remote ? remote.getAudioTracks()[0] : null,
+  };
+  const ctx = new AudioContext();
+  const out = { sampleRate: ctx.sampleRate, fftSize: __FFT__ };
+  try {
+    const late = new Promise((_, no) => setTimeout(() => no(new Error("not running")), 3000));
+    await Promise.race([ctx.resume(), late]);  // no sound device (Firefox): see FIREFOX_PREFS
+    const mute = ctx.createGain();
+    mute.gain.value = 0;  // the page's <audio> plays the call; these only listen
+    mute.connect(ctx.destination);
+    const probes = {};
+    for (const [name, track] of Object.entries(tracks)) {
+      if (!track) { out[name] = null; continue; }
+      const analyser = ctx.createAnalyser();
+      analyser.fftSize = __FFT__;
+      analyser.smoothingTimeConstant = 0;
+      ctx.createMediaStreamSource(new MediaStream([track])).connect(analyser);
+      analyser.connect(mute);
+      const bins = __FFT__ / 2;
+      const db = new Float32Array(bins);
+      probes[name] = { analyser, db, power: new Float64Array(bins), reads: 0 };
+    }
+    const until = performance.now() + __MS__;
+    while (performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 100));
+      for (const p of Object.values(probes)) {
+        p.analyser.getFloatFrequencyData(p.db);
+        for (let i = 0; i < p.db.length; i++) {
+          if (Number.isFinite(p.db[i])) p.power[i] += 10 ** (p.db[i] / 10);
+        }
+        p.reads++;
+      }
+    }
+    for (const [name, p] of Object.entries(probes)) {
+      let peak = 1;  // bin 0 is DC
+      for (let i = 1; i < p.power.length; i++) if (p.power[i] > p.power[peak]) peak = i;
+      let near = 0, all = 0;
+      for (let i = 1; i < p.power.length; i++) {
+        all += p.power[i];
+        if (Math.abs(i - peak) <= 3) near += p.power[i];
+      }
+      out[name] = {
+        peakHz: Math.round((peak * ctx.sampleRate) / __FFT__ * 10) / 10,
+        peakDb: all > 0 ? Math.round(10 * Math.log10(p.power[peak] / p.reads) * 10) / 10 : null,
+        toneShare: all > 0 ? Math.round((near / all) * 1000) / 1000 : 0,
+        reads: p.reads,
+      };
+    }
+    out.state = ctx.state;
+  } catch (e) {
+    out.error = `${e.name}: ${e.message}`;
+  } finally {
+    await ctx.close();
+  }
+  return out;
+})()
+""".replace("__FFT__", str(TONE_FFT)).replace("__MS__", str(TONE_MS))
+# What the call's peer connection offered and was answered, and what it did with video.
+OFFER_JS = r"""
+(async () => {
+  const pc = window.rtcedgeHarness && window.rtcedgeHarness.peers.at(-1);
+  if (!pc) return { sdp: null, video: null };
+  const video = { packetsSent: 0, bytesSent: 0, packetsReceived: 0 };
+  (await pc.getStats()).forEach((s) => {
+    if (s.kind !== "video") return;
+    if (s.type === "outbound-rtp") {
+      video.packetsSent += s.packetsSent || 0;
+      video.bytesSent += s.bytesSent || 0;
+    } else if (s.type === "inbound-rtp") {
+      video.packetsReceived += s.packetsReceived || 0;
+    }
+  });
+  const sdp = (d) => (d ? d.sdp : null);
+  return { sdp: { offer: sdp(pc.localDescription), answer: sdp(pc.remoteDescription) }, video };
+})()
+"""
+
+
 class Run:
     """One call, step by step; each step fills ``result`` so that a failure still reports it."""
 
@@ -329,9 +629,9 @@ class Run:
         self.config = config
         self.started = time.monotonic()
         self.stack: Child | None = None
-        self.chromium: Child | None = None
+        self.browser: Child | None = None
         self.profile_dir: str | None = None
-        self.cdp: Cdp | None = None
+        self.driver: Cdp | Bidi | None = None
         self.http: aiohttp.ClientSession | None = None
         self.timings_ms: dict[str, int] = {}
         self.result: dict[str, Any] = {
@@ -373,6 +673,21 @@ class Run:
             )
         self.mark("stack_ready")
 
+    async def start_browser(self) -> None:
+        """The browser of ``--browser``, its driver connected, the harness's script installed."""
+        if self.config.browser == "firefox":
+            await self.start_firefox()
+        else:
+            await self.start_chromium()
+        assert self.driver is not None
+        self.result["browser"] = await self.driver.start()
+        await self.driver.add_init_script(
+            MEDIA_JS.replace("__CAMERA__", json.dumps(self.config.camera)).replace(
+                "__BUNDLE_POLICY__", json.dumps(self.config.bundle_policy)
+            )
+        )
+        self.mark("browser_ready")
+
     async def start_chromium(self) -> None:
         if not (Path(self.config.chromium).is_file() or shutil.which(self.config.chromium)):
             raise HarnessError(f"Chromium not found at {self.config.chromium}")
@@ -385,12 +700,11 @@ class Run:
             "about:blank",
         ]
         log("starting Chromium")
-        self.chromium = await Child.start("chromium", argv, keep_lines=20)
+        self.browser = await Child.start("chromium", argv, keep_lines=20)
         port_file = Path(self.profile_dir) / "DevToolsActivePort"
 
         async def devtools_port() -> int | None:
-            if self.chromium is not None and self.chromium.proc.returncode is not None:
-                raise HarnessError(f"Chromium exited with code {self.chromium.proc.returncode}")
+            self.check_browser_alive()
             with contextlib.suppress(OSError, ValueError, IndexError):
                 return int(port_file.read_text().splitlines()[0])
             return None
@@ -407,19 +721,64 @@ class Run:
         ws = await self.http.ws_connect(
             await poll("a page target", page_ws_url, 10), max_msg_size=0
         )
-        self.cdp = Cdp(ws)
-        await self.cdp.call("Page.enable")
-        await self.cdp.call("Runtime.enable")
-        self.mark("browser_ready")
+        self.driver = Cdp(ws)
+
+    async def start_firefox(self) -> None:
+        """Firefox on a throwaway profile (``FIREFOX_PREFS`` in its user.js) and a throwaway
+        home (it makes ~/.cache/mozilla and ~/Downloads even with ``--profile``), both removed
+        by ``cleanup``; WebDriver BiDi on a port it picks (0) and writes to its profile."""
+        if not (Path(self.config.firefox).is_file() or shutil.which(self.config.firefox)):
+            raise HarnessError(f"Firefox not found at {self.config.firefox}")
+        self.profile_dir = tempfile.mkdtemp(prefix="rtcedge-firefox-")
+        profile, home = Path(self.profile_dir) / "profile", Path(self.profile_dir) / "home"
+        profile.mkdir()
+        home.mkdir()
+        (profile / "user.js").write_text(
+            "".join(
+                f"user_pref({json.dumps(k)}, {json.dumps(v)});\n" for k, v in FIREFOX_PREFS.items()
+            )
+        )
+        argv = [
+            self.config.firefox,
+            "--headless",
+            "--no-remote",
+            "--profile",
+            str(profile),
+            "--remote-debugging-port=0",
+            "about:blank",
+        ]
+        env = {**os.environ, "HOME": str(home), "MOZ_CRASHREPORTER_DISABLE": "1"}
+        for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "DISPLAY"):
+            env.pop(name, None)
+        log("starting Firefox")
+        self.browser = await Child.start("firefox", argv, keep_lines=20, env=env)
+        server_file = profile / "WebDriverBiDiServer.json"
+
+        async def bidi_address() -> str | None:
+            self.check_browser_alive()
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                server = json.loads(server_file.read_text())  # a half-written file: not yet
+                return format_host_port(server["ws_host"], int(server["ws_port"]))
+            return None
+
+        address = await poll("Firefox's WebDriverBiDiServer.json", bidi_address, 30)
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        ws = await self.http.ws_connect(f"ws://{address}/session", max_msg_size=0)
+        self.driver = Bidi(ws)
+
+    def check_browser_alive(self) -> None:
+        if self.browser is not None and self.browser.proc.returncode is not None:
+            name = self.config.browser.capitalize()
+            raise HarnessError(f"{name} exited with code {self.browser.proc.returncode}")
 
     async def call(self) -> None:
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         log(f"opening {self.config.page_url}")
-        await cdp.call("Page.navigate", url=self.config.page_url)
+        await driver.navigate(self.config.page_url)
 
         async def page_ready() -> bool:
-            return await cdp.evaluate(
+            return await driver.evaluate(
                 "document.readyState === 'complete' && typeof window.rtcedge === 'object'"
             )
 
@@ -428,11 +787,11 @@ class Run:
 
         log("clicking Talk")
         clicked_at = time.monotonic()
-        await cdp.evaluate("document.getElementById('talk').click(), true")
+        await driver.evaluate("document.getElementById('talk').click(), true")
         state_js = "window.rtcedge.state()"
 
         async def settled() -> dict[str, Any] | None:
-            state = await cdp.evaluate(state_js)
+            state = await driver.evaluate(state_js)
             self.result["state"] = state
             if state["connectionState"] == "connected":
                 return state
@@ -448,9 +807,12 @@ class Run:
         self.mark("connected")
         log(f"connected in {self.result['connect_ms']} ms; letting audio flow")
 
-        await asyncio.sleep(self.config.audio_s)
-        self.result["stats"] = await cdp.evaluate("window.rtcedge.stats()")
-        self.result["state"] = await cdp.evaluate(state_js)
+        # The tone is measured over the last TONE_MS of the audio window.
+        await asyncio.sleep(max(0.0, self.config.audio_s - TONE_MS / 1000))
+        self.result["tone"] = await driver.evaluate(TONE_JS, TONE_TIMEOUT_S)
+        self.result["stats"] = await driver.evaluate("window.rtcedge.stats()")
+        self.result["state"] = await driver.evaluate(state_js)
+        self.result.update(await driver.evaluate(OFFER_JS))  # "sdp", "video"
         self.mark("stats_collected")
         if self.config.screenshot is not None:
             await self.screenshot()
@@ -458,16 +820,16 @@ class Run:
             await self.migrate()
 
         log("clicking Hang up")
-        await cdp.evaluate("document.getElementById('hangup').click(), true")
+        await driver.evaluate("document.getElementById('hangup').click(), true")
 
         async def hung_up() -> dict[str, Any] | None:
-            state = await cdp.evaluate(state_js)
+            state = await driver.evaluate(state_js)
             return state if state["connectionState"] == "closed" else None
 
         await poll("connectionState == 'closed'", hung_up, 5)
         # Hang up ends with a DELETE whose failure the page reports as its error.
         await asyncio.sleep(0.5)
-        self.result["state_after_hangup"] = await cdp.evaluate(state_js)
+        self.result["state_after_hangup"] = await driver.evaluate(state_js)
         self.mark("hung_up")
         if self.config.repeat > 1:
             await self.repeat_calls(hung_up)
@@ -490,8 +852,8 @@ class Run:
     async def migrate(self) -> None:
         """--migrate: SIGTERM the transceiver carrying the call; the page must move the call to
         another one and keep talking. Fills ``result["migration"]``."""
-        cdp, stack = self.cdp, self.stack
-        assert cdp is not None and stack is not None
+        driver, stack = self.driver, self.stack
+        assert driver is not None and stack is not None
         report: dict[str, Any] = {}
         self.result["migration"] = report
         if stack.info is None:
@@ -504,8 +866,8 @@ class Run:
             raise HarnessError(f"--migrate: not exactly one transceiver carries the call: {before}")
         victim = carrying[0]
         report["from"] = victim["id"]
-        report["stats_before"] = await cdp.evaluate("window.rtcedge.stats()")
-        report["location_before"] = (await cdp.evaluate("window.rtcedge.state()"))["location"]
+        report["stats_before"] = await driver.evaluate("window.rtcedge.stats()")
+        report["location_before"] = (await driver.evaluate("window.rtcedge.state()"))["location"]
         if parent_of(victim["pid"]) != stack.pid:  # ours to stop: the stack's own child
             raise HarnessError(f"--migrate: pid {victim['pid']} is not the stack's child")
         log(f"SIGTERM to transceiver {victim['id']} (pid {victim['pid']}), which has the call")
@@ -513,7 +875,7 @@ class Run:
         self.mark("scaled_down")
 
         async def moved() -> dict[str, Any] | None:
-            moves = (await cdp.evaluate("window.rtcedge.state()")).get("migrations") or []
+            moves = (await driver.evaluate("window.rtcedge.state()")).get("migrations") or []
             return moves[-1] if moves and moves[-1]["outcome"] != "under way" else None
 
         report["page"] = record = await poll("the page to move its call", moved, MOVE_TIMEOUT_S)
@@ -521,10 +883,10 @@ class Run:
         if record["outcome"] != "moved":
             raise HarnessError(f"the page did not move its call: {record}")
         log(f"moved in {record.get('ms')} ms; letting audio flow on the new connection")
-        report["stats_at_move"] = await cdp.evaluate("window.rtcedge.stats()")
+        report["stats_at_move"] = await driver.evaluate("window.rtcedge.stats()")
         await asyncio.sleep(self.config.audio_s)
-        report["stats_after"] = await cdp.evaluate("window.rtcedge.stats()")
-        report["state_after"] = await cdp.evaluate("window.rtcedge.state()")
+        report["stats_after"] = await driver.evaluate("window.rtcedge.stats()")
+        report["state_after"] = await driver.evaluate("window.rtcedge.state()")
         others = [t for t in trxs if t is not victim]
         report["metrics_after"] = after = {
             t["id"]: await self.transceiver_metrics(t) for t in others
@@ -545,18 +907,18 @@ class Run:
 
     async def repeat_calls(self, hung_up: Any) -> None:
         """``repeat - 1`` more calls, each connected then hung up; their marks, and medians."""
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         timings = [(self.result.get("stats") or {}).get("timings", {})]
         self.result["connect_timings"] = timings
 
         async def connected() -> dict[str, Any] | None:
-            state = await cdp.evaluate("window.rtcedge.state()")
+            state = await driver.evaluate("window.rtcedge.state()")
             if state["connectionState"] in ("failed", "closed") or state.get("error"):
                 raise HarnessError(f"repeated call did not connect: {state}")
             if state["connectionState"] != "connected":
                 return None
-            stats = await cdp.evaluate("window.rtcedge.stats()")
+            stats = await driver.evaluate("window.rtcedge.stats()")
             return stats["timings"] if "connectedMs" in stats["timings"] else None
 
         talked_at = 0.0
@@ -565,40 +927,39 @@ class Run:
             # burst of 10) would refuse more.
             await asyncio.sleep(max(0.0, talked_at + CALL_INTERVAL_S - time.monotonic()))
             talked_at = time.monotonic()
-            await cdp.evaluate("document.getElementById('talk').click(), true")
+            await driver.evaluate("document.getElementById('talk').click(), true")
             timings.append(await poll(f"call {i} connected", connected, 20, 0.05))
-            await cdp.evaluate("document.getElementById('hangup').click(), true")
+            await driver.evaluate("document.getElementById('hangup').click(), true")
             await poll(f"call {i} closed", hung_up, 5, 0.05)
         self.result["connect_p50_ms"] = connect_medians(timings[1:])
         log(f"{self.config.repeat} calls; medians of calls 2..: {self.result['connect_p50_ms']}")
 
     async def screenshot(self) -> None:
-        assert self.cdp is not None and self.config.screenshot is not None
-        shot = await self.cdp.call("Page.captureScreenshot", format="png")
-        self.config.screenshot.write_bytes(base64.b64decode(shot["data"]))
+        assert self.driver is not None and self.config.screenshot is not None
+        self.config.screenshot.write_bytes(await self.driver.screenshot())
         self.result["screenshot"] = str(self.config.screenshot)
 
     async def diagnose(self) -> None:
         """After a failure: whatever the page can still tell, without letting it fail us again."""
-        if self.cdp is None:
+        if self.driver is None:
             return
         with contextlib.suppress(Exception):
-            self.result["state"] = await self.cdp.evaluate("window.rtcedge.state()", 3)
-            self.result["stats"] = await self.cdp.evaluate("window.rtcedge.stats()", 3)
+            self.result["state"] = await self.driver.evaluate("window.rtcedge.state()", 3)
+            self.result["stats"] = await self.driver.evaluate("window.rtcedge.stats()", 3)
         if self.config.screenshot is not None and "screenshot" not in self.result:
             with contextlib.suppress(Exception):
                 await self.screenshot()
 
     async def cleanup(self) -> None:
-        if self.cdp is not None:
+        if self.driver is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.cdp.close(), 3)
+                await asyncio.wait_for(self.driver.close(), 3)
         if self.http is not None:
             await self.http.close()
-        if self.chromium is not None:
-            self.result["chromium_exit"] = await self.chromium.stop(term_timeout_s=5)
-            self.result["chromium_output"] = list(self.chromium.lines)
-            self.result["chromium_leftovers"] = self.chromium.leftovers
+        if self.browser is not None:
+            self.result["browser_exit"] = await self.browser.stop(term_timeout_s=5)
+            self.result["browser_output"] = list(self.browser.lines)
+            self.result["browser_leftovers"] = self.browser.leftovers
         if self.profile_dir is not None:
             shutil.rmtree(self.profile_dir, ignore_errors=True)
         if self.stack is not None:
@@ -668,8 +1029,8 @@ async def run(config: HarnessConfig, harness: Run) -> dict[str, Any]:
     if harness.result["error"]:
         log(f"failed: {harness.result['error']}")
         await harness.diagnose()
-    if harness.cdp is not None:
-        harness.result["console"] = list(harness.cdp.console)
+    if harness.driver is not None:
+        harness.result["console"] = list(harness.driver.console)
     await harness.cleanup()
     harness.mark("total")
     harness.result["ok"] = harness.result["error"] is None
@@ -678,7 +1039,7 @@ async def run(config: HarnessConfig, harness: Run) -> dict[str, Any]:
 
 async def harness_steps(harness: Run) -> None:
     await harness.start_stack()
-    await harness.start_chromium()
+    await harness.start_browser()
     await harness.call()
 
 
@@ -700,7 +1061,20 @@ def arguments(description: str | None = None) -> argparse.ArgumentParser:
         help="command starting the stack; {http} and {relay} become HOST:PORT "
         "(default: $RTCEDGE_BROWSER_STACK or %(default)r)",
     )
-    parser.add_argument("--chromium", default=DEFAULT_CHROMIUM)
+    parser.add_argument("--browser", choices=BROWSERS, default="chromium", help="which to drive")
+    parser.add_argument("--chromium", default=DEFAULT_CHROMIUM, help="Chromium's binary")
+    parser.add_argument("--firefox", default=DEFAULT_FIREFOX, help="Firefox's binary")
+    parser.add_argument(
+        "--camera",
+        action="store_true",
+        help="the page offers the fake camera too (audio + video); the call must be audio-only",
+    )
+    parser.add_argument(
+        "--bundle-policy",
+        choices=BUNDLE_POLICIES,
+        default=None,
+        help="the page's RTCPeerConnection bundlePolicy instead of its own (max-bundle)",
+    )
     parser.add_argument("--timeout", type=float, default=60, help="bound on the whole run, s")
     parser.add_argument("--ready-timeout", type=float, default=20, help="stack start bound, s")
     parser.add_argument("--connect-timeout", type=float, default=20, help="Talk -> connected, s")
@@ -734,6 +1108,10 @@ def config_from(args: argparse.Namespace) -> HarnessConfig:
             for part in shlex.split(args.stack)
         ],
         chromium=args.chromium,
+        browser=args.browser,
+        firefox=args.firefox,
+        camera=args.camera,
+        bundle_policy=args.bundle_policy,
         total_timeout_s=args.timeout,
         ready_timeout_s=args.ready_timeout,
         connect_timeout_s=args.connect_timeout,
@@ -755,7 +1133,7 @@ def report(harness: Run) -> int:
 
     def watchdog() -> None:
         # Only if the bounded cleanup itself hangs: kill what we started and leave.
-        for child in (harness.chromium, harness.stack):
+        for child in (harness.browser, harness.stack):
             if child is not None:
                 child.kill_now()
         harness.result["error"] = "watchdog: the harness did not finish; children killed"
@@ -768,7 +1146,7 @@ def report(harness: Run) -> int:
     try:
         result = asyncio.run(run(config, harness))
     except BaseException as exc:  # a bug here must still end in the one JSON line
-        for child in (harness.chromium, harness.stack):
+        for child in (harness.browser, harness.stack):
             if child is not None:
                 child.kill_now()
         reason = f"harness crashed: {type(exc).__name__}: {exc}"

@@ -204,41 +204,41 @@ class RealtimeRun(Run):
         return reply["value"]
 
     async def call(self) -> None:
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         secret = await self.client_secret()
         self.mark("client_secret")
-        await cdp.call("Page.addScriptToEvaluateOnNewDocument", source=PEERS_JS)
+        await driver.add_init_script(PEERS_JS)
         url = self.config.page_url + ("&" if "?" in self.config.page_url else "?") + "key="
         log(f"opening {url}<client secret>")
-        await cdp.call("Page.navigate", url=url + secret)
+        await driver.navigate(url + secret)
 
         async def page_ready() -> bool:
-            return await cdp.evaluate(
+            return await driver.evaluate(
                 f"document.readyState === 'complete' && typeof {PAGE} === 'object'"
             )
 
         await poll(f"the page and {PAGE}", page_ready, 10)
         self.mark("page_loaded")
         log("clicking Talk")
-        self.result["talk_at"] = await cdp.evaluate(
+        self.result["talk_at"] = await driver.evaluate(
             "document.getElementById('talk').click(), performance.now()"
         )
         await self.connected()
-        self.result["tap_state"] = await cdp.evaluate(TAP_JS)
-        await cdp.evaluate(NETEQ_JS)
+        self.result["tap_state"] = await driver.evaluate(TAP_JS)
+        await driver.evaluate(NETEQ_JS)
         log(f"audio tap: {self.result['tap_state']}; waiting for the conversation")
         await self.conversation()
         await self.collect()
         await self.hang_up()
 
     async def connected(self) -> None:
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         clicked_at = time.monotonic()
 
         async def settled() -> dict[str, Any] | None:
-            state = await cdp.evaluate(f"{PAGE}.state()")
+            state = await driver.evaluate(f"{PAGE}.state()")
             self.result["state"] = state
             if state["connectionState"] == "connected" and state["dataChannel"] == "open":
                 return state
@@ -252,7 +252,7 @@ class RealtimeRun(Run):
         finally:
             self.result["connect_ms"] = round((time.monotonic() - clicked_at) * 1000)
         self.result["connected"] = True
-        self.result["connected_at"] = await cdp.evaluate("performance.now()")
+        self.result["connected_at"] = await driver.evaluate("performance.now()")
         self.mark("connected")
         log(f"connected in {self.result['connect_ms']} ms")
 
@@ -260,12 +260,12 @@ class RealtimeRun(Run):
         """Until the transceiver cut the answer (``output_audio_buffer.cleared``) and ``settle_s``
         more were heard, or the microphone's file has played; a conversation that went wrong is
         the test's to judge."""
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         deadline = time.monotonic() + self.options.microphone_s + 3
 
         async def cleared() -> float | None:
-            return await cdp.evaluate(CLEARED)
+            return await driver.evaluate(CLEARED)
 
         with contextlib.suppress(HarnessError):
             await poll("the answer cut", cleared, deadline - time.monotonic(), 0.2)
@@ -273,38 +273,38 @@ class RealtimeRun(Run):
         self.mark("conversation")
 
     async def collect(self) -> None:
-        cdp = self.cdp
-        assert cdp is not None
-        self.result["events"] = await cdp.evaluate(f"{PAGE}.events()")
-        self.result["levels"] = await cdp.evaluate(f"{PAGE}.levels()")
-        self.result["tap"] = await cdp.evaluate(TAP_READ_JS, 20)
-        self.result["neteq"] = await cdp.evaluate(
+        driver = self.driver
+        assert driver is not None
+        self.result["events"] = await driver.evaluate(f"{PAGE}.events()")
+        self.result["levels"] = await driver.evaluate(f"{PAGE}.levels()")
+        self.result["tap"] = await driver.evaluate(TAP_READ_JS, 20)
+        self.result["neteq"] = await driver.evaluate(
             "window.rtcedgeNetEq.stop(), window.rtcedgeNetEq.samples", 20
         )
-        self.result["state"] = await cdp.evaluate(f"{PAGE}.state()")
-        self.result["time_origin_ms"] = await cdp.evaluate("performance.timeOrigin")
-        self.result["packets"] = await cdp.evaluate("window.rtcedgePackets", 20)
+        self.result["state"] = await driver.evaluate(f"{PAGE}.state()")
+        self.result["time_origin_ms"] = await driver.evaluate("performance.timeOrigin")
+        self.result["packets"] = await driver.evaluate("window.rtcedgePackets", 20)
         self.mark("collected")
 
     async def hang_up(self) -> None:
-        cdp = self.cdp
-        assert cdp is not None
+        driver = self.driver
+        assert driver is not None
         log("clicking Hang up")
-        await cdp.evaluate("document.getElementById('hangup').click(), true")
+        await driver.evaluate("document.getElementById('hangup').click(), true")
 
         async def closed() -> dict[str, Any] | None:
-            state = await cdp.evaluate(f"{PAGE}.state()")
+            state = await driver.evaluate(f"{PAGE}.state()")
             return state if state["connectionState"] == "closed" else None
 
         self.result["state_after_hangup"] = await poll("the call closed", closed, 5)
         self.mark("hung_up")
 
     async def diagnose(self) -> None:
-        if self.cdp is None:
+        if self.driver is None:
             return
         with contextlib.suppress(Exception):
-            self.result["state"] = await self.cdp.evaluate(f"{PAGE}.state()", 3)
-            self.result["events"] = await self.cdp.evaluate(f"{PAGE}.events()", 3)
+            self.result["state"] = await self.driver.evaluate(f"{PAGE}.state()", 3)
+            self.result["events"] = await self.driver.evaluate(f"{PAGE}.events()", 3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,9 +22,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.transceiver.browser_harness import DEFAULT_FIREFOX
 from transceiver.signaling.tokens import mint
 
 CHROMIUM = Path("/usr/bin/chromium")
+# The harness's --browser: its binary, and the Debian package that has it (.ci/run installs both).
+BROWSERS = {
+    "chromium": (CHROMIUM, "chromium"),
+    "firefox": (Path(DEFAULT_FIREFOX), "firefox-esr"),
+}
 REPO = Path(__file__).resolve().parents[2]
 HTTP_PORT = 8080
 RELAY_PORT = 3478  # any free port works: the namespace is new and empty
@@ -91,10 +97,16 @@ def call(tmp_path_factory, namespace: Namespace) -> dict:
 
 
 def run_call(
-    tmp_path_factory, namespace: Namespace, stack_args: str = "", setup: tuple[str, ...] = ()
+    tmp_path_factory,
+    namespace: Namespace,
+    stack_args: str = "",
+    setup: tuple[str, ...] = (),
+    options: str = "",
+    browser: str = "chromium",
 ) -> dict:
-    """One echo call through ``rtcedge up`` (plus ``stack_args``) in a new namespace set up
-    by ``namespace.setup`` and then ``setup``, as the harness reports it (JSON).
+    """One echo call of ``browser`` through ``rtcedge up`` (plus ``stack_args``) in a new
+    namespace set up by ``namespace.setup`` and then ``setup``, the harness given ``options``
+    too: its report (JSON).
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
     its offer and on its hang-up's DELETE.
@@ -106,7 +118,9 @@ def run_call(
         f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
         f"{stack_args}"
     ).strip()
-    return run_harness(namespace, stack, f"--page-query token={token}", setup)
+    return run_harness(
+        namespace, stack, f"--page-query token={token} {options}", setup, browser=browser
+    )
 
 
 def run_harness(
@@ -115,24 +129,26 @@ def run_harness(
     options: str = "",
     setup: tuple[str, ...] = (),
     harness: str = "tests.transceiver.browser_harness",
+    browser: str = "chromium",
 ) -> dict:
-    """``harness`` (a module: ``browser_harness`` or one built on it) with ``stack`` and its
-    ``options`` in a new namespace set up by ``namespace.setup`` and then ``setup``: its report
-    (JSON).
+    """``harness`` (a module: ``browser_harness`` or one built on it) driving ``browser`` with
+    ``stack`` and its ``options`` in a new namespace set up by ``namespace.setup`` and then
+    ``setup``: its report (JSON).
 
     Problems before the call are returned as ``setup_error`` rather than raised, so every test
-    FAILS (not errors, never skips) with the reason: CI installs Chromium and runs as root.
+    FAILS (not errors, never skips) with the reason: CI installs the browsers and runs as root.
     """
-    if not CHROMIUM.exists():
+    binary, package = BROWSERS[browser]
+    if not binary.exists():
         return {
-            "setup_error": f"{CHROMIUM} is missing: the browser test needs Debian's chromium "
-            "(`apt-get install -y chromium`, which .ci/run does)"
+            "setup_error": f"{binary} is missing: the browser test needs Debian's {package} "
+            f"(`apt-get install -y {package}`, which .ci/run does)"
         }
     for tool in ("unshare", "ip"):
         if shutil.which(tool) is None:
-            return {"setup_error": f"`{tool}` is missing: Chromium runs in its own netns"}
+            return {"setup_error": f"`{tool}` is missing: the browser runs in its own netns"}
     command = (
-        f"exec {sys.executable} -m {harness}"
+        f"exec {sys.executable} -m {harness} --browser {browser}"
         f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
         f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} {options}"
     )

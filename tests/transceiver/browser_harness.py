@@ -23,7 +23,7 @@ children and exits if even the cleanup hangs.
         [--screenshot /tmp/page.png]
 
 ``--camera`` makes the page offer the fake camera too, as a video app's page does (the
-microphone's stream asked with ``video: true``, its video track added beside the audio one): the
+microphone's stream asked with ``video: true``, its video track added to the offer): the
 call must still connect, audio-only. The report's ``sdp`` holds the offer and the answer, and
 ``video`` the connection's video RTP counters.
 
@@ -491,7 +491,7 @@ def interfaces() -> list[str]:
 # The harness's own instruments, installed before the page's script runs (the page stays what a
 # user runs): the microphone's stream and the page's peer connections, which the page keeps to
 # itself; and with --camera (__CAMERA__ becomes true) a video app's offer: the stream asked with
-# video too, its video track added right after the audio one.
+# video too, its video track added to the offer.
 MEDIA_JS = r"""(() => {
   const h = (window.rtcedgeHarness = { camera: __CAMERA__, microphone: null, peers: [] });
   const devices = navigator.mediaDevices;
@@ -516,19 +516,21 @@ MEDIA_JS = r"""(() => {
     };
   }
   const keep = (pc) => { if (!h.peers.includes(pc)) h.peers.push(pc); };
-  const addTrack = proto.addTrack;
+  const { addTrack, addTransceiver, createOffer } = proto;
   proto.addTrack = function (...args) { keep(this); return addTrack.apply(this, args); };
-  const addTransceiver = proto.addTransceiver;
-  proto.addTransceiver = function (trackOrKind, init) {
+  proto.addTransceiver = function (...args) {
     keep(this);
-    const added = addTransceiver.call(this, trackOrKind, init);
-    const stream = init && init.streams && init.streams[0];
-    const video = h.camera && trackOrKind && trackOrKind.kind === "audio" && stream
-      ? stream.getVideoTracks()[0] : null;
-    if (video && !this.getSenders().some((s) => s.track === video)) {
-      addTransceiver.call(this, video, { direction: "sendrecv", streams: init.streams });
+    return addTransceiver.apply(this, args);
+  };
+  // The camera joins the offer unless the page sent it already (a page that offers video).
+  proto.createOffer = function (...args) {
+    const stream = h.camera ? h.microphone : null;
+    for (const video of stream ? stream.getVideoTracks() : []) {
+      if (!this.getSenders().some((s) => s.track === video)) {
+        addTransceiver.call(this, video, { direction: "sendrecv", streams: [stream] });
+      }
     }
-    return added;
+    return createOffer.apply(this, args);
   };
 })();"""
 TONE_FFT = 8192  # analyser bins of sampleRate / 8192: 5.4 Hz at 44.1 kHz, 5.9 at 48

@@ -5,10 +5,11 @@ and every DTLS transport a new OpenSSL context built from it; the fingerprints i
 are hashed again each time. A transceiver has one DTLS identity instead, as most SFUs do:
 
 - ``SharedCertificate`` (``transceiver.call.seam``) is an aiortc ``RTCCertificate`` whose
-  fingerprints and ``SSL.Context`` are computed once; the context is aiortc's (same cipher list,
-  same SRTP profiles, no session tickets) with OpenSSL's session cache off, so no DTLS session
-  of one call can be resumed in another: every handshake is a full one, verified against its own
-  answer's fingerprint.
+  fingerprints and ``SSL.Context`` are computed once; the context is aiortc's (same SRTP
+  profiles, no session tickets) with OpenSSL's session cache off, so no DTLS session of one call
+  can be resumed in another: every handshake is a full one, verified against its own answer's
+  fingerprint. Its cipher suites add ECDHE-RSA ones to aiortc's ECDHE-ECDSA list, for peers
+  whose certificate is RSA (``seam.peer.DTLS_CIPHERS``); our own key stays EC P-256.
 - ``CertificateHolder`` makes a new one every ``lifetime_s`` (a day by default): sessions created
   after that use the new one; a running session keeps the one it answered with (its peer
   connection holds it).

@@ -99,9 +99,11 @@ What it touches, where (class), why, and what breaks if it changes:
 14. ``peer.SharedCertificate``: aiortc ``RTCCertificate._create_ssl_context`` and
     ``getFingerprints`` overridden.
     Why: fingerprints and OpenSSL context made once per certificate, not per call; no session
-    cache shared between calls.
-    Breaks: every DTLS transport builds its context again (slower connects), or the answer's
-    fingerprint is not the one DTLS presents (every call fails DTLS).
+    cache shared between calls; ECDHE-RSA suites beside aiortc's ECDHE-ECDSA ones
+    (``peer.DTLS_CIPHERS``), so that a peer with an RSA certificate can be the DTLS server.
+    Breaks: every DTLS transport builds its context again (slower connects), the answer's
+    fingerprint is not the one DTLS presents (every call fails DTLS), or (aiortc's list again)
+    every call to a DTLS server with an RSA certificate (GStreamer) fails: "no shared cipher".
 15. ``peer.connect_task_of``: aiortc ``RTCPeerConnection.__connect``, found by its qualified
     name among the running tasks.
     Why: a session ended while aiortc connects waits for that task, then stops what it started.

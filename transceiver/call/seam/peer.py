@@ -18,12 +18,34 @@ CERTIFICATES = "_RTCPeerConnection__certificates"  # set in RTCPeerConnection.__
 CONNECT = "_RTCPeerConnection__connect"  # the coroutine setLocalDescription starts
 CONNECT_QUALNAME = "RTCPeerConnection.__connect"
 
+# The DTLS 1.2 cipher suites, strongest first (256-bit keys before 128, AEAD before CBC; at each
+# strength the ECDSA suite before the RSA one), as OpenSSL names them. aiortc offers only
+# ECDHE-ECDSA suites, which suits our own ECDSA P-256 certificate but leaves a peer with an RSA
+# certificate no suite to pick when it is the DTLS server (GStreamer's webrtcbin: OpenSSL's
+# "no shared cipher", aiortc PR #1392). The suite's signature is the *server's*: as the
+# server we can only pick an ECDSA suite (our key), as the client we must offer the RSA ones
+# too. ECDHE-ECDSA-AES128-GCM-SHA256 is RFC 8827 6.5's mandatory one; aiortc's two CBC suites
+# stay last for the peers that knew nothing else. No static-RSA or DHE suites: ECDHE only, so
+# every call's keys stay ephemeral. Eight suites keep the ClientHello short (152 bytes, one
+# unfragmented record; aiortc PR #1011: Mbed TLS cannot reassemble a fragmented one).
+DTLS_CIPHERS = (
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-SHA",
+    "ECDHE-ECDSA-AES128-SHA",
+)
+
 
 class SharedCertificate(RTCCertificate):
     """An ``RTCCertificate`` for many DTLS transports: fingerprints and SSL context made once.
 
-    The context is aiortc's (same cipher list, same SRTP profiles, no session tickets) with
-    OpenSSL's session cache off, so no DTLS session of one call can be resumed in another."""
+    The context is aiortc's (same SRTP profiles, no session tickets) with OpenSSL's session
+    cache off, so no DTLS session of one call can be resumed in another, and ``DTLS_CIPHERS``
+    in our order whichever side is the server, so that peers with RSA certificates connect."""
 
     def __init__(self, key: Any, cert: Any) -> None:
         super().__init__(key, cert)
@@ -40,6 +62,9 @@ class SharedCertificate(RTCCertificate):
         if context is None:
             context = super()._create_ssl_context(srtp_profiles)
             context.set_session_cache_mode(SSL.SESS_CACHE_OFF)
+            context.set_cipher_list(":".join(DTLS_CIPHERS).encode())
+            # As the server, pick by our order, not the client's: the strongest first there too.
+            context.set_options(SSL.OP_CIPHER_SERVER_PREFERENCE)
             self._contexts[profiles] = context
         return context
 

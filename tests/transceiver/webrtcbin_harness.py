@@ -57,7 +57,7 @@ class WebrtcbinRun(Run):
         self.peer: Child | None = None
         self.result["caller"] = "webrtcbin"
 
-    async def start_chromium(self) -> None:
+    async def start_browser(self) -> None:
         """No browser: ``call`` starts the caller."""
 
     async def call(self) -> None:

@@ -451,6 +451,7 @@ class Run:
         await asyncio.sleep(self.config.audio_s)
         self.result["stats"] = await cdp.evaluate("window.rtcedge.stats()")
         self.result["state"] = await cdp.evaluate(state_js)
+        self.result["descriptions"] = await cdp.evaluate("window.rtcedge.descriptions()")
         self.mark("stats_collected")
         if self.config.screenshot is not None:
             await self.screenshot()

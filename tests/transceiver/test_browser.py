@@ -91,13 +91,18 @@ def call(tmp_path_factory, namespace: Namespace) -> dict:
 
 
 def run_call(
-    tmp_path_factory, namespace: Namespace, stack_args: str = "", setup: tuple[str, ...] = ()
+    tmp_path_factory,
+    namespace: Namespace,
+    stack_args: str = "",
+    setup: tuple[str, ...] = (),
+    page_query: str = "",
 ) -> dict:
     """One echo call through ``rtcedge up`` (plus ``stack_args``) in a new namespace set up
     by ``namespace.setup`` and then ``setup``, as the harness reports it (JSON).
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
-    its offer and on its hang-up's DELETE.
+    its offer and on its hang-up's DELETE; ``page_query`` adds to the page's query
+    (``video=1``: transceiver/static/app.js).
     """
     secret_file = tmp_path_factory.mktemp("token") / "secret"
     secret_file.write_text(TOKEN_SECRET + "\n")
@@ -106,7 +111,8 @@ def run_call(
         f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
         f"{stack_args}"
     ).strip()
-    return run_harness(namespace, stack, f"--page-query token={token}", setup)
+    query = "&".join(filter(None, (f"token={token}", page_query)))
+    return run_harness(namespace, stack, f"--page-query {shlex.quote(query)}", setup)
 
 
 def run_harness(

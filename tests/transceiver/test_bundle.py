@@ -117,6 +117,14 @@ def test_the_tagged_transport_is_what_aiortc_is_given():
     assert bundle.tag.kind == "video"
 
 
+def test_a_tag_the_call_rejects_does_not_carry_the_transport():
+    text = ["m=text 9 RTP/AVP 98", "a=mid:4", "a=rtpmap:98 t140/1000", "a=ice-ufrag:t"]
+    offer = sdp([*SESSION[:-1], "a=group:BUNDLE 4 0 1"], audio(), APPLICATION, text)
+    bundle = BundledOffer.read(offer)
+    assert bundle.tag.kind == "audio"
+    assert "a=ice-ufrag:t" not in bundle.peer_offer()
+
+
 def test_a_camera_aiortc_cannot_decode_is_answered_inactive_with_its_codec():
     """VP9 only (an app's codec preferences): aiortc refused the whole offer (a 500)."""
 

@@ -185,8 +185,9 @@ class BundledOffer:
 
     @property
     def tag(self) -> Section:
-        """The section the offerer tagged: the first of its BUNDLE group that there is."""
-        by_mid = {s.mid: s for s in self.sections}
+        """The section the offerer tagged: the first of its BUNDLE group that the call answers
+        on the transport (one it rejects cannot carry the group's, RFC 8843 7.3.3)."""
+        by_mid = {s.mid: s for s in self.sections if s.kind in (*PEER_KINDS, *RTP_KINDS)}
         return next(by_mid[mid] for mid in self.group if mid in by_mid)
 
     def bundled(self, section: Section) -> bool:

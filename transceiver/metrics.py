@@ -90,6 +90,8 @@ class SessionMetrics:
     )
     # SRTP/SRTCP of an SSRC the call's latch refused (transceiver.call.ssrc), per packet
     foreign_ssrc: Tally
+    # RTP whose payload type the answer's audio m-line does not name (transceiver.call.bundle)
+    not_audio: Tally
     data_channel_dropped: Counter | None = None  # labelled by reason (transceiver.call.sctp)
 
 
@@ -247,7 +249,9 @@ class TransceiverMetrics:
         Counter,
         "rtcedge_transceiver_dropped_datagrams",
         "Datagrams dropped by the demultiplexer, by reason; foreign_ssrc: SRTP or SRTCP of"
-        " an SSRC that is not the caller's (a call latches at most 4), before unprotect.",
+        " an SSRC that is not the caller's (a call latches at most 4), before unprotect;"
+        " not_audio: RTP of a payload type the answer's audio m-line does not name (video"
+        " sent for an m-line answered inactive), before the latch.",
         labels=("reason",),
     )
     refusals = Declared(
@@ -367,6 +371,7 @@ class TransceiverMetrics:
                 ("audio_frames_in", self.audio_frames, "in"),
                 ("audio_frames_out", self.audio_frames, "out"),
                 ("foreign_ssrc", self.dropped, "foreign_ssrc"),
+                ("not_audio", self.dropped, "not_audio"),
             )
         }
 
@@ -400,5 +405,6 @@ class TransceiverMetrics:
             self.dtls_connected,
             self.connect_phase,
             self.tallies["foreign_ssrc"],
+            self.tallies["not_audio"],
             self.data_channel_dropped,
         )

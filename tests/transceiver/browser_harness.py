@@ -815,6 +815,7 @@ class Run:
         self.result["stats"] = await driver.evaluate("window.rtcedge.stats()")
         self.result["state"] = await driver.evaluate(state_js)
         self.result.update(await driver.evaluate(OFFER_JS))  # "sdp", "video"
+        self.result["descriptions"] = await driver.evaluate("window.rtcedge.descriptions()")
         self.mark("stats_collected")
         if self.config.screenshot is not None:
             await self.screenshot()

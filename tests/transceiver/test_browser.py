@@ -103,13 +103,15 @@ def run_call(
     setup: tuple[str, ...] = (),
     options: str = "",
     browser: str = "chromium",
+    page_query: str = "",
 ) -> dict:
     """One echo call of ``browser`` through ``rtcedge up`` (plus ``stack_args``) in a new
     namespace set up by ``namespace.setup`` and then ``setup``, the harness given ``options``
     too: its report (JSON).
 
     The stack wants a signed WHIP token, which the page gets as ``?token=`` and must send on
-    its offer and on its hang-up's DELETE.
+    its offer and on its hang-up's DELETE; ``page_query`` adds to the page's query
+    (``video=1``: transceiver/static/app.js).
     """
     secret_file = tmp_path_factory.mktemp("token") / "secret"
     secret_file.write_text(TOKEN_SECRET + "\n")
@@ -118,8 +120,9 @@ def run_call(
         f"rtcedge up --http {{http}} --relay {{relay}} --token-secret-file {secret_file} "
         f"{stack_args}"
     ).strip()
+    query = "&".join(filter(None, (f"token={token}", page_query)))
     return run_harness(
-        namespace, stack, f"--page-query token={token} {options}", setup, browser=browser
+        namespace, stack, f"--page-query {shlex.quote(query)} {options}", setup, browser=browser
     )
 
 

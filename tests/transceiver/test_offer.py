@@ -72,13 +72,29 @@ def test_bare_newlines_are_read_and_answered_as_crlf():
     assert accepted(sdp(SESSION, audio(), APPLICATION, newline="\n")) == accepted(OFFER)
 
 
+VIDEO = ["m=video 9 UDP/TLS/RTP/SAVPF 96", "a=mid:2", "a=rtpmap:96 VP8/90000", *ICE]
+VIDEO += [FINGERPRINT, "a=setup:actpass"]
+
+
 def test_video_is_accepted_beside_the_audio():
-    video = ["m=video 9 UDP/TLS/RTP/SAVPF 96", "a=mid:2", "a=rtpmap:96 VP8/90000", *ICE]
-    video += [FINGERPRINT, "a=setup:actpass"]
     session = [*SESSION[:-1], "a=group:BUNDLE 0 1 2"]
-    assert "m=video" in accepted(sdp(session, audio(), APPLICATION, video))
+    assert "m=video" in accepted(sdp(session, audio(), APPLICATION, VIDEO))
 
 
+def test_video_outside_the_bundle_is_accepted_to_be_rejected():
+    """transceiver.call.bundle answers it with port 0; it needs no transport of its own."""
+    assert "m=video" in accepted(sdp(SESSION, audio(), APPLICATION, VIDEO))
+    bare = without(VIDEO, "a=ice-", "a=fingerprint")
+    assert "m=video" in accepted(sdp(SESSION, audio(), APPLICATION, bare))
+
+
+def test_a_kind_we_do_not_carry_is_accepted_to_be_rejected():
+    text = ["m=text 9 RTP/AVP 98", "a=mid:2", "a=rtpmap:98 t140/1000"]
+    group = [*SESSION[:-1], "a=group:BUNDLE 0 1 2"]
+    assert "m=text" in accepted(sdp(group, audio(), APPLICATION, text))
+
+
+VIDEO_AS_1 = [line.replace("a=mid:2", "a=mid:1") for line in VIDEO]
 REFUSED = {
     "not SDP": ("hello", "malformed SDP: must start with v=0"),
     "unparsable": ("v=0\r\nm=audio x\r\n", "malformed SDP: "),
@@ -87,9 +103,18 @@ REFUSED = {
         sdp([*SESSION[:-1], "a=group:BUNDLE 0 1 2"], audio(), APPLICATION, audio("2")),
         "the offer has more than one audio m-line",
     ),
-    "text m-line": (
-        sdp(SESSION, audio(), ["m=text 9 RTP/AVP 98", "a=mid:1", *ICE, FINGERPRINT]),
-        "unsupported m-line kind 'text'",
+    "two m-lines, one mid": (
+        sdp([*SESSION[:-1], "a=group:BUNDLE 0 1"], audio(), APPLICATION, VIDEO_AS_1),
+        "the offer has two m-lines with a=mid:1",
+    ),
+    "bundled video without ICE": (
+        sdp(
+            [*SESSION[:-1], "a=group:BUNDLE 0 1 2"],
+            audio(),
+            APPLICATION,
+            without(VIDEO, "a=ice-ufrag"),
+        ),
+        "m-line 2 lacks ice-ufrag/ice-pwd",
     ),
     "no ice-ufrag": (
         sdp(SESSION, audio(), without(APPLICATION, "a=ice-ufrag")),
@@ -107,7 +132,15 @@ REFUSED = {
         sdp(SESSION, audio(codecs=("0 PCMU/8000", "8 PCMA/8000")), APPLICATION),
         "unsupported audio codecs ['pcma', 'pcmu']: opus is required",
     ),
+    "opus at 16 kHz": (
+        sdp(SESSION, audio(codecs=("111 opus/16000/2", "0 PCMU/8000")), APPLICATION),
+        "opus must be offered as opus/48000/2",
+    ),
     "no BUNDLE": (sdp(SESSION[:-1], audio(), APPLICATION), "BUNDLE is required"),
+    "audio outside the BUNDLE": (
+        sdp([*SESSION[:-1], "a=group:BUNDLE 1"], audio(), APPLICATION),
+        "BUNDLE is required",
+    ),
     "BUNDLE leaves one out": (
         sdp([*SESSION[:-1], "a=group:BUNDLE 0"], audio(), APPLICATION),
         "BUNDLE is required",

@@ -259,14 +259,26 @@ class LatchedSrtp:
         return plain
 
 
-def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[bytes], bool]:
+ANY_PAYLOAD_TYPE = frozenset(range(128))
+
+
+def direct_rtp(
+    receiver: InlineAudioReceiver,
+    srtp: LatchedSrtp,
+    audio_types: frozenset[int] = ANY_PAYLOAD_TYPE,
+    on_not_audio: Callable[[], None] | None = None,
+) -> Callable[[bytes], bool]:
     """The direct path of a connected call's SRTP, for ``SharedSocketConnection.rtp_sink``.
 
     aiortc hands every datagram through an asyncio queue to its DTLS transport's receive task,
     which unprotects, parses and awaits the receiver: a task wake-up and a chain of awaits per
-    packet. This does the same work as plain calls, from the socket's callback: the SSRC latch
-    (``srtp``, see ``transceiver.call.seam.latch_srtp``), SRTP unprotect with the call's own
-    session (the DTLS transport's, so the replay window is shared), read the header
+    packet. This does the same work as plain calls, from the socket's callback: the payload
+    type (byte 1, in clear under SRTP) must be one of ``audio_types``, the answer's audio
+    m-line's (else it is RTP for an m-line the call answered inactive, video sent anyway:
+    ``on_not_audio``, dropped before it takes a place in the SSRC latch or costs an unprotect;
+    ``transceiver.call.bundle``), the SSRC latch (``srtp``, see
+    ``transceiver.call.seam.latch_srtp``), SRTP unprotect with the call's own session (the DTLS
+    transport's, so the replay window is shared), read the header
     (``transceiver.call.rtpview``: header extensions are not decoded, nothing here reads them),
     ``handle_rtp``. Returns
     False for what it leaves to aiortc (RTCP of an admitted SSRC: aiortc's receiver and sender
@@ -276,6 +288,7 @@ def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[by
     session, latch, admits = srtp.session, srtp.latch, srtp.admits
     latched = latch.latched
     inbound = receiver.inbound
+    not_audio = on_not_audio or (lambda: None)
 
     def sink(data: bytes) -> bool:
         if len(data) < 12:  # too short for either: libsrtp refuses it in aiortc's loop
@@ -283,6 +296,9 @@ def direct_rtp(receiver: InlineAudioReceiver, srtp: LatchedSrtp) -> Callable[[by
         if 192 <= data[1] <= 208:  # RTCP (aiortc's is_rtcp): the sender's SSRC, bytes 4..8
             ssrc = int.from_bytes(data[4:8], "big")
             return ssrc not in latched and not admits(ssrc)
+        if (data[1] & 0x7F) not in audio_types:
+            not_audio()
+            return True
         ssrc = int.from_bytes(data[8:12], "big")
         if ssrc not in latched and not admits(ssrc):
             return True

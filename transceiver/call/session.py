@@ -39,6 +39,7 @@ from transceiver.backend import (
     SessionInfo,
 )
 from transceiver.call import inbound, outbound, sctp, seam
+from transceiver.call.bundle import BundledOffer, payload_types
 from transceiver.call.ice import SharedSocketConnection
 from transceiver.call.lifecycle import Lifecycle, Limits, State
 from transceiver.call.outbound_track import BackendAudioTrack
@@ -125,6 +126,8 @@ class Session:
         self._inlet: inbound.BackendInlet | None = None  # inbound audio's end (_wire_audio)
         # The SSRCs the caller's SRTP may use (the offer's, then the first to authenticate).
         self.ssrcs = SsrcLatch()
+        # The payload types the answer's audio m-line names: all the RTP the call takes.
+        self.audio_types: frozenset[int] = frozenset()
         self._connect_reported = False
         # Set once another transceiver claimed this call's resume token: the call lives on
         # there, so however this session ends, it ends as "migrated" (the backend is told so).
@@ -140,9 +143,11 @@ class Session:
         pc.on("datachannel", self._on_datachannel)
         pc.on("iceconnectionstatechange", self._on_ice_state)
         pc.on("connectionstatechange", self._on_connection_state)
-        await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        # aiortc answers the audio and the data channel; every other m-line is answered here,
+        # inactive or rejected, on the one BUNDLE transport (transceiver.call.bundle).
+        bundle = BundledOffer.read(offer_sdp)
+        await pc.setRemoteDescription(RTCSessionDescription(bundle.peer_offer(), "offer"))
         self.ssrcs = SsrcLatch(offered_ssrcs(offer_sdp))
-        _receive_audio_only(pc)
         if pc.sctp is not None:  # before the answer: it advertises our max-message-size
             seam.install_sctp(
                 pc.sctp, self._context.sctp_limits, self._on_sctp_limit, self._on_sctp_drop
@@ -165,7 +170,9 @@ class Session:
         await pc.setLocalDescription(answer)
         self._connect_task = seam.connect_task_of(pc)
         self.lifecycle.start_connecting(time.monotonic())
-        return pc.localDescription.sdp
+        answer_sdp = bundle.answer(pc.localDescription.sdp)
+        self.audio_types = payload_types(answer_sdp, "audio")
+        return answer_sdp
 
     def _wire_audio(self, backend: BackendSession) -> None:
         """Inbound and outbound audio in the format the backend chose for this session.
@@ -356,7 +363,9 @@ class Session:
         for transceiver in transceivers:
             receiver = transceiver.receiver
             if isinstance(receiver, seam.InlineAudioReceiver):
-                self.ice.rtp_sink = inbound.direct_rtp(receiver, srtp)
+                self.ice.rtp_sink = inbound.direct_rtp(
+                    receiver, srtp, self.audio_types, self._metrics.not_audio.inc
+                )
                 return
 
     # -- ending ----------------------------------------------------------------------------------
@@ -394,19 +403,6 @@ class Session:
     @property
     def state(self) -> State:
         return self.lifecycle.state
-
-
-def _receive_audio_only(pc: RTCPeerConnection) -> None:
-    """Answer every non-audio media m-line as inactive (the offer has one audio m-line).
-
-    Nobody reads a video receiver, and aiortc queues decoded frames without bound: one 720p
-    video m-line grew a transceiver by ~22 MB/s until the kernel killed every call on the pod.
-    An inactive m-line is never started (aiortc registers no receiver for it), so whatever RTP a
-    client still sends for it is dropped unread. The data channel is not an RTP transceiver.
-    """
-    for transceiver in pc.getTransceivers():
-        if transceiver.kind != "audio":
-            transceiver.direction = "inactive"
 
 
 async def _quietly(aw: Any) -> None:

@@ -69,6 +69,9 @@ class OfferLimits:
 
 
 SUPPORTED_AUDIO = "opus"
+OPUS_CLOCK_RATE_HZ = 48000
+# The kinds answered on the call's transport (the others are rejected: transceiver.call.bundle).
+CARRIED_KINDS = ("audio", "video", "application")
 DROPPED = ("a=candidate:", "a=end-of-candidates")
 
 
@@ -142,31 +145,63 @@ def check_offer(text: str, limits: OfferLimits = OfferLimits()) -> str | Refuse:
 
 
 def _missing(parsed: sdp.SessionDescription) -> str | None:
-    """What a parsed offer lacks, the first of: one audio m-line, known kinds of m-line each
-    with ICE credentials and a DTLS fingerprint, opus, one BUNDLE group of every m-line."""
+    """What a parsed offer lacks, the first of: one audio m-line, unique mids, ICE credentials
+    and a DTLS fingerprint on every audio, video and data m-line of the BUNDLE group, opus (at
+    48 kHz), one BUNDLE group of the audio and data channel m-lines.
+
+    Other m-lines (video outside the group, a kind we do not carry) are not refused: the call
+    answers them without aiortc, inactive in the group or rejected (``transceiver.call.bundle``).
+    """
     audio = [m for m in parsed.media if m.kind == "audio"]
     if not audio:
         return "the offer has no audio m-line"
     if len(audio) > 1:
         return "the offer has more than one audio m-line"
-    for media in parsed.media:
-        lacks = _section_lacks(media)
-        if lacks is not None:
-            return lacks
-    codecs = {c.mimeType.split("/")[-1].lower() for c in audio[0].rtp.codecs}
-    if SUPPORTED_AUDIO not in codecs:
-        return f"unsupported audio codecs {sorted(codecs)}: opus is required"
     bundle = next((g for g in parsed.group if g.semantic == "BUNDLE"), None)
-    mids = [m.rtp.muxId for m in parsed.media]
-    if bundle is None or not set(mids) <= set(bundle.items):
-        return "BUNDLE is required: group every m-line (a=group:BUNDLE ...)"
+    grouped = set(bundle.items) if bundle is not None else set()
+    return (
+        _duplicate_mid(parsed)
+        or _carried_lacks(parsed, grouped)
+        or _audio_lacks(audio[0])
+        or _unbundled(parsed, grouped)
+    )
+
+
+def _duplicate_mid(parsed: sdp.SessionDescription) -> str | None:
+    mids = [m.rtp.muxId for m in parsed.media if m.rtp.muxId]
+    duplicate = next((mid for i, mid in enumerate(mids) if mid in mids[:i]), None)
+    return None if duplicate is None else f"the offer has two m-lines with a=mid:{duplicate}"
+
+
+def _carried_lacks(parsed: sdp.SessionDescription, grouped: set[str]) -> str | None:
+    """What the first m-line the call's transport carries lacks (``_section_lacks``)."""
+    carried = (m for m in parsed.media if m.kind in CARRIED_KINDS and m.rtp.muxId in grouped)
+    return next(filter(None, map(_section_lacks, carried)), None)
+
+
+def _unbundled(parsed: sdp.SessionDescription, grouped: set[str]) -> str | None:
+    """The audio and data channel m-lines must be in the BUNDLE group (one transport)."""
+    on_transport = {m.rtp.muxId for m in parsed.media if m.kind in ("audio", "application")}
+    if on_transport <= grouped:
+        return None
+    return "BUNDLE is required: group the audio and data channel m-lines (a=group:BUNDLE ...)"
+
+
+def _audio_lacks(audio: sdp.MediaDescription) -> str | None:
+    """What the audio m-line lacks: opus, at 48 kHz (RFC 7587 7: whatever rate it codes at,
+    opus is signalled as opus/48000/2; aiortc matches the clock rate and would fail the call
+    on its own, a 500)."""
+    opus = [c for c in audio.rtp.codecs if c.mimeType.lower() == f"audio/{SUPPORTED_AUDIO}"]
+    if not opus:
+        codecs = sorted({c.mimeType.split("/")[-1].lower() for c in audio.rtp.codecs})
+        return f"unsupported audio codecs {codecs}: opus is required"
+    if not any(c.clockRate == OPUS_CLOCK_RATE_HZ for c in opus):
+        return "opus must be offered as opus/48000/2 (RFC 7587)"
     return None
 
 
 def _section_lacks(media: sdp.MediaDescription) -> str | None:
-    """What one m-line lacks: a kind we take, ICE credentials, a DTLS fingerprint."""
-    if media.kind not in ("audio", "video", "application"):
-        return f"unsupported m-line kind {media.kind!r}"
+    """What one bundled m-line lacks: ICE credentials, a DTLS fingerprint."""
     name = media.rtp.muxId or media.kind
     if not media.ice.usernameFragment or not media.ice.password:
         return f"m-line {name} lacks ice-ufrag/ice-pwd"

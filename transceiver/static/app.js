@@ -1,5 +1,5 @@
-// rtcedge demo page: one WHIP session with a sendrecv audio transceiver and an "events" data
-// channel. No framework, no build step. The server answers with a single host candidate (the
+// rtcedge demo page: one WHIP session with a sendrecv audio transceiver (and the camera with
+// ?video=1) and an "events" data channel. No framework, no build step. The server answers with a single host candidate (the
 // relay's public address) and ignores ours, so the offer is sent at once, without trickle.
 // When the transceiver is scaled down it asks the page to move ({"type": "session.migrate"} on
 // the data channel): the page re-offers the same microphone track with the resume token and
@@ -43,7 +43,15 @@
   };
   // A WHIP token (static, or short-lived and signed by the app's backend): from the field, which
   // ?token= in this page's address fills. Sent on every WHIP request, the DELETEs included.
-  ui.token.value = new URLSearchParams(window.location.search).get("token") || "";
+  const query = new URLSearchParams(window.location.search);
+  ui.token.value = query.get("token") || "";
+  // ?video=1: also ask for the camera and offer it, as a video app's page does; the transceiver
+  // answers its m-line inactive, so the call is audio-only (docs/transceiver.md, "Offers with
+  // video"). ?bundle=balanced (browsers' default) or max-compat: that policy, not max-bundle.
+  const offerVideo = query.get("video") === "1";
+  const BUNDLE_POLICIES = ["balanced", "max-bundle", "max-compat"];
+  const asked = query.get("bundle");
+  const bundlePolicy = BUNDLE_POLICIES.includes(asked) ? asked : "max-bundle";
 
   function authorization() {
     const token = ui.token.value.trim();
@@ -152,7 +160,7 @@
     const standby = new Audio();
     standby.volume = STANDBY_VOLUME;
     try {
-      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy: "max-bundle" });
+      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy });
       next.pc = pc;
       pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: "sendrecv", streams: [s.stream] });
       next.dc = pc.createDataChannel("events");
@@ -271,6 +279,7 @@
         concealedSamples: 0,
       },
       outbound: { packetsSent: 0, bytesSent: 0 },
+      outboundVideo: { packetsSent: 0, bytesSent: 0 }, // ?video=1: none while answered inactive
       micLevel: 0,
       messages: messages.map((m) => m.data),
       dataChannelRoundTripMs: dcRoundTripMs,
@@ -310,6 +319,9 @@
         };
       } else if (s.type === "outbound-rtp" && s.kind === "audio") {
         out.outbound = { packetsSent: s.packetsSent || 0, bytesSent: s.bytesSent || 0 };
+      } else if (s.type === "outbound-rtp" && s.kind === "video") {
+        out.outboundVideo.packetsSent += s.packetsSent || 0;
+        out.outboundVideo.bytesSent += s.bytesSent || 0;
       } else if (s.type === "media-source" && s.kind === "audio") {
         out.micLevel = s.audioLevel || 0;
       }
@@ -392,21 +404,26 @@
     renderStates();
     try {
       try {
-        s.stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: false });
+        s.stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: offerVideo });
       } catch (e) {
-        throw new Error(`Microphone: ${e.name}: ${e.message}`);
+        const what = offerVideo ? "Camera and microphone" : "Microphone";
+        throw new Error(`${what}: ${e.name}: ${e.message}`);
       }
       mark("microphoneMs");
       if (session !== s) return; // hung up meanwhile
-      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy: "max-bundle" });
+      const pc = new RTCPeerConnection({ iceServers: [], bundlePolicy });
       s.pc = pc;
       pc.addTransceiver(s.stream.getAudioTracks()[0], {
         direction: "sendrecv",
         streams: [s.stream],
       });
+      for (const track of s.stream.getVideoTracks()) {
+        pc.addTransceiver(track, { direction: "sendrecv", streams: [s.stream] });
+      }
       s.dc = pc.createDataChannel("events");
       s.mark = mark;
       pc.ontrack = (event) => {
+        if (event.track.kind !== "audio") return; // the page plays the echo only
         ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]);
         ui.audio.play().catch(() => {}); // autoplay may wait for the element; not an error
       };
@@ -545,6 +562,12 @@
       };
     },
     stats: collectStats,
+    // The current connection's offer and answer (SDP), or nulls: what the browser test reads.
+    descriptions: () => {
+      const pc = session && session.pc;
+      const sdp = (d) => (d ? d.sdp : null);
+      return { offer: sdp(pc && pc.localDescription), answer: sdp(pc && pc.remoteDescription) };
+    },
     talk,
     hangUp,
   };

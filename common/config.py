@@ -76,13 +76,17 @@ def address_family(option: str, host: str) -> int:
 
 
 def load_keyring(path: str | None, inline_json: str | None) -> Keyring:
-    """The keyring from ``--keyring FILE`` or ``--keyring-json``; ConfigError names the option."""
+    """The keyring from ``--keyring FILE`` or ``--keyring-json``; ConfigError names the option
+    and the file (a pod mounts several: which one is wrong?)."""
     try:
         if inline_json:
             return Keyring.from_json(inline_json)
         if not path:
             raise ValueError("no keyring given")
         return Keyring.load(path)
-    except (OSError, ValueError) as exc:
-        option = "--keyring-json" if inline_json else "--keyring"
-        raise ConfigError(option, f"cannot load keyring: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError("--keyring", f"cannot load keyring {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        if inline_json:
+            raise ConfigError("--keyring-json", f"cannot load keyring: {exc}") from exc
+        raise ConfigError("--keyring", f"cannot load keyring {path}: {exc}") from exc

@@ -53,15 +53,16 @@ def keygen(key_id: int, add_to) -> None:  # type: ignore[no-untyped-def]
     """Print a hint keyring as JSON (for a Kubernetes Secret or --keyring FILE)."""
     try:
         fresh = Keyring.generate(key_id)
-        if add_to is not None:
+    except KeyringError as exc:
+        raise click.UsageError(f"--key-id: {exc}") from None
+    if add_to is not None:
+        try:
             old = Keyring.from_json(add_to.read())
-            if key_id in old.keys:
-                raise click.BadParameter(
-                    f"key id {key_id} is already in the keyring", param_hint="--key-id"
-                )
-            fresh = Keyring({**old.keys, **fresh.keys}, key_id)
-    except (KeyringError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from None
+        except (KeyringError, UnicodeDecodeError) as exc:
+            raise click.UsageError(f"--add-to: {add_to.name}: {exc}") from None
+        if key_id in old.keys:
+            raise click.UsageError(f"--key-id: key id {key_id} is already in {add_to.name}")
+        fresh = Keyring({**old.keys, **fresh.keys}, key_id)
     sys.stdout.write(fresh.to_json() + "\n")
 
 

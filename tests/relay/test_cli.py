@@ -68,7 +68,7 @@ def test_a_bad_keyring_file_is_named_before_the_routing_options(tmp_path, conten
         env={"RTCEDGE_KEYRING_JSON": None},
     )
     assert result.exit_code == 2
-    assert "--keyring: cannot load keyring" in result.output
+    assert f"--keyring: cannot load keyring {path}: " in result.output  # which file
     assert "--transceiver" not in result.output
 
 

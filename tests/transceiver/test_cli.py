@@ -95,7 +95,7 @@ def test_an_unreadable_keyring_is_named():
         main, [*args, "--advertise", "127.0.0.1:3478", "--media", "127.0.0.1:0"], env={}
     )
     assert result.exit_code == 2
-    assert "--keyring: cannot load keyring" in result.output and "No such file" in result.output
+    assert "--keyring: cannot load keyring /nonexistent/keyring.json: No such file" in result.output
 
 
 def test_environment_variables_set_options_and_errors_name_them():

@@ -31,13 +31,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from common.config import ConfigError
 from common.lifetime import die_with_parent
 from common.sockets import set_buffers
+from relay import counters as C
 from relay.allowlist import AllowlistResolver, load_routing
 from relay.config import RelayConfig
 from relay.control import ControlBlock, RoutingConfig
 from relay.counters import CONFIG_GENERATION, PEER_EDGE, PEER_ROUTES, PEER_TRANSCEIVER, CounterArea
+from relay.dropnotice import DENIED_ADVICE, DropNotice
 from relay.journal import FlowJournal
 from relay.mmsg import SOCKADDR_LEN
 from relay.portclaim import Holder, could_share_port, drain, try_claim
+from relay.tcpconns import CLOSE_INDEX
 from relay.worker import Worker
 
 log = logging.getLogger("rtcedge.relay")
@@ -47,6 +50,12 @@ CRASH_LOOP_S = 1.0  # a worker that dies sooner than this after starting is cras
 BACKOFF_FIRST_S = 0.05
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # linux/in.h; not exported by Python's socket module
 TCP_BACKLOG = 1024  # per worker; the kernel caps it at net.core.somaxconn
+# Every slot counting a refusal for a denied client address: UDP and TCP frames, TCP accepts.
+DENIED_SLOTS = (
+    C.DROPS + C.DROP_INDEX["denied_address"],
+    C.TCP_DROPS + C.DROP_INDEX["denied_address"],
+    C.TCP_CLOSED + CLOSE_INDEX["denied_address"],
+)
 
 
 @dataclass
@@ -291,6 +300,9 @@ class Supervisor:
         self._stop = False
         self._reload = False
         self._lock = threading.Lock()  # serialises publications from SIGHUP and the DNS thread
+        self.denied_notice = DropNotice(
+            "from denied client addresses (denied_address)", DENIED_ADVICE
+        )
 
     @property
     def addresses(self) -> dict[str, object]:
@@ -504,6 +516,15 @@ class Supervisor:
             self._reload = False
             self.reload()
         self._restart_due(time.monotonic())
+        self._notice_drops(final=False)
+
+    def _notice_drops(self, final: bool) -> None:
+        """Log the denied-address drops (relay.dropnotice): rate-limited; at stop, the rest."""
+        total = sum(self.counters.total(slot) for slot in DENIED_SLOTS)
+        notice = self.denied_notice
+        line = (notice.flush if final else notice.observe)(total, time.monotonic())
+        if line is not None:
+            log.warning("%s", line)
 
     def _restart_due(self, now: float) -> None:
         """Respawn the workers whose restart backoff has passed (none once stopping)."""
@@ -532,4 +553,5 @@ class Supervisor:
                 os.kill(slot.pid, signal.SIGKILL)
                 os.waitpid(slot.pid, 0)
                 slot.pid = 0
+        self._notice_drops(final=True)
         log.info("relay stopped")

@@ -6,6 +6,7 @@ so 127.0.0.9 stands for a victim (or a host inside the relay's network) in a den
 
 from __future__ import annotations
 
+import re
 import socket
 
 from testbed.processes import RelayProcess
@@ -67,3 +68,37 @@ def test_a_denied_address_gets_no_flow_and_receives_nothing_a_transceiver_sends_
         assert relay.metric("rtcedge_relay_flows_active", table="confirmed") == 1
         call.close()
         victim.close()
+
+
+def denied_notices(log: str) -> list[int]:
+    """The packet counts of the relay's denied-address log lines."""
+    return [
+        int(re.search(r"dropped (\d+) packets?", line).group(1))  # type: ignore[union-attr]
+        for line in log.splitlines()
+        if "(denied_address)" in line
+    ]
+
+
+def test_a_relay_that_denies_every_caller_says_so_in_its_log_naming_allow_network():
+    """Issue 27: a relay and a transceiver tried by hand on loopback dropped every packet as
+    ``denied_address``, visible only in the metrics. The supervisor logs the drops, counted and
+    rate-limited (one line at once, the rest at stop here), naming the option that fixes it."""
+    packets = 30
+    with StandInTransceiver(1) as peer:
+        relay = RelayProcess({1: peer.address}, workers=1, allow_networks=())  # the bare default
+        relay.start()
+        try:
+            call = udp_client()
+            for _ in range(packets):
+                call.sendto(hint_request(relay.keyring, relay.cluster, 1)[0], relay.address)
+            dropped = "rtcedge_relay_dropped_packets_total"
+            assert wait_for(lambda: relay.metric(dropped, reason="denied_address"), packets, 5)
+            call.close()
+        finally:
+            relay.stop()
+        assert relay.proc is not None and relay.proc.stderr is not None
+        log = relay.proc.stderr.read().decode()
+    counts = denied_notices(log)
+    assert 1 <= len(counts) <= 2 and sum(counts) == packets, log
+    assert "--allow-network CIDR" in log and f"({packets} in all)" in log, log
+    assert not peer.received, "nothing was admitted"

@@ -20,6 +20,7 @@ from common.config import (
     ConfigError,
     address_family,
     check_id_template,
+    format_host_port,
     parse_host_port,
     parse_transceiver,
 )
@@ -696,6 +697,24 @@ class RelayConfig:
             raise ConfigError("--redis-timeout-ms", "Redis timeout and lookup rate must be > 0")
         return self
 
+    def _validate_transceiver_families(self) -> None:
+        """A --transceiver address literal of the other family than --internal could never be
+        sent to (it used to fail later as "cannot resolve transceiver ids [0]"); a name is
+        resolved in --internal's family at start."""
+        ours = ipaddress.ip_address(self.internal_host).version
+        for tid, (host, port) in sorted(self.transceivers.items()):
+            try:
+                theirs = ipaddress.ip_address(host).version
+            except ValueError:
+                continue  # a name
+            if theirs != ours:
+                raise ConfigError(
+                    "--transceiver",
+                    f"{tid}={format_host_port(host, port)} is IPv{theirs}, --internal "
+                    f"({self.internal_host}) IPv{ours}: the relay sends to its transceivers "
+                    "from its internal sockets; give both of one family",
+                )
+
     def _validate_sources(self) -> None:
         """Where the keyring and the transceivers come from."""
         if bool(self.keyring_path) == bool(self.keyring_json):
@@ -710,6 +729,7 @@ class RelayConfig:
             raise ConfigError("--transceiver-ids", "required with --transceiver-dns")
 
     def _validate_tiers(self) -> None:
+        self._validate_transceiver_families()
         if self.cluster in self.routes:
             raise ConfigError(
                 "--route",

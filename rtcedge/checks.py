@@ -44,6 +44,7 @@ UP_OPTION = {
     "--media": "--http",
     "--http": "--http",
     "--workers": "--workers",
+    "--transceiver": "--http",  # the relay's allowlist entry: the transceiver's media on --http
     "--backend": "--backend",
     "--backend-url": "--backend-url",
     "--backend-key-file": "--backend-key-file",
@@ -118,6 +119,7 @@ class UpBackend:
 # documentation address (RFC 5737, RFC 3849); connect() on UDP sends no packet.
 ROUTE_PROBE = {socket.AF_INET: "192.0.2.1", socket.AF_INET6: "2001:db8::1"}
 LOOPBACK = {socket.AF_INET: "127.0.0.1", socket.AF_INET6: "::1"}
+DEFAULT_HTTP_PORT = 8080  # --http's, on the loopback of --relay's family
 
 
 def resolve(option: str, text: str) -> tuple[str, int]:
@@ -255,8 +257,23 @@ def try_plugin(config: TransceiverConfig) -> None:
     asyncio.run(build_and_close())
 
 
+def internal_host_for(relay_host: str, http_host: str) -> str:
+    """The relay's internal sockets' address, towards the transceiver on ``http_host``.
+
+    The relay's own address when it is one and of the transceiver's family (unchanged for a
+    relay on one address); else the transceiver's host, or loopback of its family for a
+    wildcard: the internal side must be of the transceiver's family, which the public side (the
+    callers') need not be (a relay on ``[::1]`` in front of a transceiver on 127.0.0.1).
+    """
+    if not is_wildcard(relay_host) and family(relay_host) == family(http_host):
+        return relay_host
+    if is_wildcard(http_host):
+        return LOOPBACK[family(http_host)]
+    return http_host
+
+
 def check_up_options(
-    http: str,
+    http: str | None,
     relay: str,
     workers: int,
     backend: UpBackend,
@@ -265,10 +282,13 @@ def check_up_options(
     relay_tcp: int | None = None,
 ) -> UpAddresses:
     """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
-    first value either service would refuse."""
+    first value either service would refuse. ``http`` None (not given): port 8080 on the
+    loopback of ``relay``'s family, so ``--relay '[::1]:3478'`` alone runs on IPv6."""
     try:
-        http_address = resolve("--http", http)
         relay_address = resolve("--relay", relay)
+        http_address = (LOOPBACK[family(relay_address[0])], DEFAULT_HTTP_PORT)
+        if http is not None:
+            http_address = resolve("--http", http)
         if relay_address[1] == 0:  # the answers tell browsers this port
             raise ConfigError("--relay", "needs a real port, not 0")
         advertised, why = advertised_host(relay_address[0], advertise)
@@ -277,12 +297,7 @@ def check_up_options(
             if not 0 < relay_tcp <= 65535:
                 raise ConfigError("--relay-tcp", "needs a real port, 1..65535")
             tcp_address = (relay_address[0], relay_tcp)
-        # Unchanged for a relay on one address; off a wildcard, towards the transceiver's host.
-        internal = relay_address[0]
-        if is_wildcard(internal):
-            internal = http_address[0]
-            if is_wildcard(internal):
-                internal = LOOPBACK[family(internal)]
+        internal = internal_host_for(relay_address[0], http_address[0])
         # Placeholders where ``up`` fills in values itself (ports it picks, its fresh keyring).
         RelayConfig(
             listen=relay_address,

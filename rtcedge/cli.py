@@ -96,7 +96,8 @@ Examples:
     "--http",
     default="127.0.0.1:8080",
     show_default=True,
-    help="Where the page and WHIP are served.",
+    help="Where the page and WHIP are served (the transceiver's media socket on its host); "
+    "for an IPv6 --relay, [::1]:8080 unless given.",
 )
 @click.option(
     "--relay",
@@ -229,9 +230,11 @@ def up(
         realtime_session_file,
         agent,
     )
+    # Not given: on the loopback of --relay's family (``--relay '[::1]:3478'`` alone on IPv6).
+    given_http = None if ctx.get_parameter_source("http") is ParameterSource.DEFAULT else http
     try:
         addresses = check_up_options(
-            http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp
+            given_http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None

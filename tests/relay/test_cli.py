@@ -50,6 +50,16 @@ def test_bad_option_fails_at_start_naming_it(args, option):
     assert option in result.output
 
 
+def test_a_transceiver_of_the_other_family_than_internal_is_named_at_start():
+    """It used to fail once serving began, as "cannot resolve transceiver ids [0]"."""
+    args = ["serve", "--transceiver", "0=[::1]:5000", "--internal", "127.0.0.1:4000"]
+    result = run([*args, "--metrics", "off"])
+    assert result.exit_code == 2, result.output
+    assert (
+        "Error: --transceiver: 0=[::1]:5000 is IPv6, --internal (127.0.0.1) IPv4" in result.output
+    )
+
+
 def test_keyring_must_be_given_and_valid():
     result = run(["serve", "--transceiver", "0=127.0.0.1:5000"], {"RTCEDGE_KEYRING_JSON": ""})
     assert result.exit_code == 2 and "--keyring" in result.output

@@ -5,6 +5,10 @@
   address, never a wildcard.
 - ``--relay [::1]:P`` ended in ``RuntimeError: no free port range`` (the internal ports were
   allocated on IPv4 sockets); the whole stack now runs on ``::1``.
+- ``--relay '[::1]:P'`` with ``--http`` left at its IPv4 default failed with ``Error:
+  --transceiver: cannot resolve transceiver ids [0]``, an option the user never gave (issue 27):
+  ``--http`` not given now follows the relay's family, and given in the other family it works
+  (the relay's internal side takes the transceiver's family).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import socket
 
 import aioice.ice
 import pytest
+from click.testing import CliRunner
 
-from rtcedge.checks import default_route_address
+from rtcedge.checks import UpAddresses, UpBackend, check_up_options, default_route_address
+from rtcedge.cli import main
 from testbed.ports import free_port
 from tests.support.tone_call import run_client
 from tests.support.up import running_up
@@ -86,3 +92,26 @@ def test_the_whole_stack_runs_on_ipv6_loopback(monkeypatch):
         assert f"open {url}/" in ready, ready
         assert answer_candidates(url) == {"::1"}
         check_echo_call(url, f"::1:{relay_port}")
+
+
+def test_an_ipv6_relay_in_front_of_an_ipv4_transceiver_carries_a_call(monkeypatch):
+    calls_from(monkeypatch, "::1")
+    relay_port = free_port("::1")
+    http = f"127.0.0.1:{free_port('127.0.0.1', socket.SOCK_STREAM)}"
+    with running_up("--http", http, "--relay", f"[::1]:{relay_port}") as ready:
+        assert "transceiver media udp 127.0.0.1:" in ready, ready
+        assert answer_candidates(f"http://{http}") == {"::1"}
+        check_echo_call(f"http://{http}", f"::1:{relay_port}")
+
+
+def test_an_ipv6_relay_alone_serves_the_page_on_ipv6_loopback(monkeypatch):
+    """``--relay '[::1]:P'`` without ``--http``: the page on ``[::1]:8080``, the default port on
+    the relay's family (the ports are not bound here: 8080 may be another program's)."""
+    started: list[UpAddresses] = []
+    monkeypatch.setattr(UpAddresses, "check_ports_free", lambda self: None)
+    monkeypatch.setattr("rtcedge.up.run_local", lambda addresses, *_: started.append(addresses))
+    result = CliRunner().invoke(main, ["up", "--relay", "[::1]:3478"], prog_name="rtcedge")
+    assert result.exit_code == 0, result.output
+    assert started[0].http == ("::1", 8080) and started[0].internal_host == "::1"
+    ipv4 = check_up_options(None, "127.0.0.1:3478", 2, UpBackend(), None)
+    assert ipv4.http == ("127.0.0.1", 8080), "an IPv4 relay keeps the IPv4 default"

@@ -52,6 +52,8 @@ UP_OPTION = {
     "--audio-rate": "--audio-rate",
     "--realtime-session-file": "--realtime-session-file",
     "--token-secret-file": "--token-secret-file",
+    "--admit-max-cpu": "--admit-max-cpu",
+    "--admit-max-loop-lag": "--admit-max-loop-lag",
 }
 # ``--agent``'s URL while checking: the agent's own, on a port it picks, exists only once it runs.
 AGENT_URL_SHAPE = "ws://127.0.0.1:9/v1/realtime?model=rtcedge-voice-agent"
@@ -113,6 +115,36 @@ class UpBackend:
         elif self.takes_key_from_environment() and os.environ.get(BACKEND_KEY_ENV):
             env[BACKEND_KEY_ENV] = os.environ[BACKEND_KEY_ENV]  # (the child starts without it)
         return args, env
+
+
+@dataclass(frozen=True)
+class UpAdmission:
+    """``up``'s load admission (transceiver/headroom.py): off unless given.
+
+    A deployed transceiver refuses new calls at 85 % of a core or a loop 20 ms late, to keep
+    its calls in progress whole; on a laptop running a browser, an editor and the relay, that
+    gate refused the first call of the only person trying ("overloaded: event loop 21 ms late"),
+    and there are no calls in progress to protect. ``--admit-max-cpu 85 --admit-max-loop-lag
+    20`` tries the deployed gate locally.
+    """
+
+    max_cpu_pct: float = 0.0  # 0: off
+    max_loop_lag_ms: float = 0.0  # 0: off
+
+    def config_fields(self) -> dict[str, float]:
+        return {
+            "admit_max_cpu_pct": self.max_cpu_pct,
+            "admit_max_loop_lag_ms": self.max_loop_lag_ms,
+        }
+
+    def transceiver_options(self) -> list[str]:
+        """Passed on as arguments, whatever their source: the child starts without RTCEDGE_*."""
+        return [
+            "--admit-max-cpu",
+            f"{self.max_cpu_pct:g}",
+            "--admit-max-loop-lag",
+            f"{self.max_loop_lag_ms:g}",
+        ]
 
 
 # Where a connected UDP socket is pointed to learn the default route's source address: a
@@ -280,6 +312,7 @@ def check_up_options(
     token_secret_file: str | None,
     advertise: str | None = None,
     relay_tcp: int | None = None,
+    admission: UpAdmission = UpAdmission(),
 ) -> UpAddresses:
     """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
     first value either service would refuse. ``http`` None (not given): port 8080 on the
@@ -318,6 +351,7 @@ def check_up_options(
             http=http_address,
             keyring_json="-",
             **backend.config_fields(),
+            **admission.config_fields(),
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
         ).validate()

@@ -199,6 +199,29 @@ Examples:
     default=None,
     help="Require signed tokens (see `transceiver token`); open the page with ?token=...",
 )
+@click.option(
+    "--admit-max-cpu",
+    "admit_max_cpu",
+    type=float,
+    default=0.0,
+    show_default=True,
+    envvar="RTCEDGE_ADMIT_MAX_CPU",
+    show_envvar=True,
+    help="Refuse new calls while the transceiver uses more than this % of one core. 0: off, "
+    "as for a local demo (a busy laptop's first call is not refused); a deployed transceiver's "
+    "is 85 (docs/transceiver.md).",
+)
+@click.option(
+    "--admit-max-loop-lag",
+    "admit_max_loop_lag",
+    type=float,
+    default=0.0,
+    show_default=True,
+    envvar="RTCEDGE_ADMIT_MAX_LOOP_LAG",
+    show_envvar=True,
+    help="Refuse new calls while the transceiver's event loop runs this many ms late. 0: off, "
+    "as for a local demo; a deployed transceiver's is 20.",
+)
 def up(
     http: str,
     relay_addr: str,
@@ -213,9 +236,11 @@ def up(
     realtime_session_file: str | None,
     agent: bool,
     token_secret_file: str | None,
+    admit_max_cpu: float,
+    admit_max_loop_lag: float,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
-    from rtcedge.checks import UpBackend, check_up_options
+    from rtcedge.checks import UpAdmission, UpBackend, check_up_options
 
     ctx = click.get_current_context()
     refuse_url_credentials_on_command_line(ctx, {"backend_url": "--backend-url"})
@@ -232,9 +257,17 @@ def up(
     )
     # Not given: on the loopback of --relay's family (``--relay '[::1]:3478'`` alone on IPv6).
     given_http = None if ctx.get_parameter_source("http") is ParameterSource.DEFAULT else http
+    admission = UpAdmission(admit_max_cpu, admit_max_loop_lag)
     try:
         addresses = check_up_options(
-            given_http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp
+            given_http,
+            relay_addr,
+            workers,
+            chosen,
+            token_secret_file,
+            advertise,
+            relay_tcp,
+            admission,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -249,7 +282,7 @@ def up(
         missing = agent_missing() if agent else []
     if missing:
         raise click.UsageError(f"--agent: needs {', '.join(missing)}: {INSTALL}")
-    run_local(addresses, workers, chosen, token_secret_file)
+    run_local(addresses, workers, chosen, token_secret_file, admission)
 
 
 # What ``--agent`` stands for (``up``'s parameter -> its option): none of them goes with it.

@@ -24,7 +24,7 @@ import click
 
 from common.config import format_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
-from rtcedge.checks import UpAddresses, UpBackend, is_wildcard
+from rtcedge.checks import UpAddresses, UpAdmission, UpBackend, is_wildcard
 from testbed.processes import RelayProcess, TransceiverProcess
 from testbed.voice_agent import VoiceAgentProcess
 
@@ -34,6 +34,7 @@ def run_local(
     workers: int,
     backend: UpBackend,
     token_secret_file: str | None,
+    admission: UpAdmission,
 ) -> None:
     """Start relay (+ voice agent) + transceiver, report ``ready``, stop them all on a signal
     or when one exits."""
@@ -47,7 +48,7 @@ def run_local(
     try:
         if agent is not None:  # first: the slowest to start, and the transceiver needs its URL
             agent.start(stop=stop)
-        trx = transceiver_process(addresses, relay, backend, agent, token_secret_file)
+        trx = transceiver_process(addresses, relay, backend, agent, token_secret_file, admission)
         relay.start()  # (with the transceiver's address)
         trx.start()
         click.echo(ready_line(addresses, trx, backend, agent))
@@ -99,11 +100,13 @@ def transceiver_process(
     backend: UpBackend,
     agent: VoiceAgentProcess | None,
     token_secret_file: str | None,
+    admission: UpAdmission,
 ) -> TransceiverProcess:
     """The transceiver on ``--http``, behind ``relay``, with ``up``'s backend options (at the
-    voice agent with ``--agent``)."""
+    voice agent with ``--agent``) and its load admission."""
     # Only the relay's internal sockets may send encapsulated datagrams.
     extra = ["--drain-grace", "2", "--relay-network", relay.host]
+    extra += admission.transceiver_options()
     # The transceiver starts without our RTCEDGE_* variables: each option is passed on here,
     # the URL and the key by the environment (a command line is world-readable).
     backend_args, env = backend.transceiver_options(

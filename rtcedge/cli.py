@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 
@@ -244,6 +245,13 @@ def up(
 
     ctx = click.get_current_context()
     refuse_url_credentials_on_command_line(ctx, {"backend_url": "--backend-url"})
+    ignored = ignored_variables(ctx.command, dict(os.environ))
+    if ignored:
+        click.echo(
+            f"rtcedge up: ignoring {', '.join(ignored)}: not read by `rtcedge up` (its services "
+            "start without RTCEDGE_* variables; its options: rtcedge up --help)",
+            err=True,
+        )
     if agent:
         refuse_with_agent(ctx)
     chosen = UpBackend(
@@ -283,6 +291,17 @@ def up(
     if missing:
         raise click.UsageError(f"--agent: needs {', '.join(missing)}: {INSTALL}")
     run_local(addresses, workers, chosen, token_secret_file, admission)
+
+
+# Read by ``up`` besides its options' variables: the model server's key (passed on as it is).
+UP_VARIABLES = frozenset({"RTCEDGE_BACKEND_KEY"})
+
+
+def ignored_variables(command: click.Command, environ: dict[str, str]) -> list[str]:
+    """The RTCEDGE_* variables set for ``command`` that it reads for none of its options: the
+    services' own (``up`` starts them without any), which used to be dropped without a word."""
+    read = {p.envvar for p in command.params if isinstance(p.envvar, str)} | UP_VARIABLES
+    return sorted(k for k in environ if k.startswith("RTCEDGE_") and k not in read)
 
 
 # What ``--agent`` stands for (``up``'s parameter -> its option): none of them goes with it.

@@ -81,3 +81,15 @@ def test_the_relay_is_advertised_under_its_own_address_unless_told():
     assert (own.advertised, own.advertised_why) == ("127.0.0.1", "--relay")
     told = check_up_options("127.0.0.1:8080", "0.0.0.0:3478", 2, UpBackend(), None, "127.0.0.1")
     assert told.advertised == "127.0.0.1" and told.internal_host == "127.0.0.1"
+
+
+def test_a_services_variable_up_does_not_read_is_named_not_dropped_silently():
+    """``up`` starts its services without RTCEDGE_* variables; one it does not read for an
+    option of its own (RTCEDGE_AUDIO_FORMAT is one it reads) used to vanish without a word."""
+    env = {"RTCEDGE_MAX_SESSIONS": "3", "RTCEDGE_AUDIO_FORMAT": "opus", "RTCEDGE_BACKEND_KEY": ""}
+    result = CliRunner().invoke(main, ["up", "--workers", "0"], prog_name="rtcedge", env=env)
+    assert result.exit_code == 2  # (stops before a start)
+    assert result.output.splitlines()[0] == (
+        "rtcedge up: ignoring RTCEDGE_MAX_SESSIONS: not read by `rtcedge up` (its services start "
+        "without RTCEDGE_* variables; its options: rtcedge up --help)"
+    )

@@ -50,6 +50,9 @@ def run_up(args: list[str], env: dict[str, str] | None = None):
          "must be ws://"),
         (["--backend", "realtime", "--backend-url", "http://b/v1/realtime"], "--backend-url: "
          "backend url must be ws://"),
+        (["--backend", "grpc", "--backend-url", "http://b:1"], "--backend-url: backend url "
+         "must be grpc://HOST:PORT or grpcs://HOST:PORT, got 'http://b:1'"),
+        (["--backend-url", "grpc://b:1"], "--backend-url: the echo backend takes none"),
         (["--backend", "realtime", "--backend-url", "ws://b/v1/chat"], "--backend-url: backend "
          "url path must end in /realtime"),
         (["--backend", "realtime"], "--backend-url: required with --backend realtime"),

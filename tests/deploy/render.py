@@ -5,25 +5,25 @@ through ctypes): no helm binary, no cluster. ``Chart.render`` exposes only the r
 namespace and install/upgrade flags, while the C ABI's render options also take
 ``kube_version`` and ``api_versions`` - what ``helm template --kube-version --api-versions``
 set - so ``render`` calls it directly (helm-python-sdk is pinned to the version this was
-checked against). ``lookup`` finds nothing offline, as in ``helm template``.
+checked against). ``lookup`` finds nothing offline, as in ``helm template``. Without the
+deploy extra, rendering skips the test, naming the extra.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-import helm_python as helm
+import pytest
 import yaml
-from helm_python import _native
 
 from relay import cli as relay_cli
+from tests.deploy.paths import CHART, ROOT  # noqa: F401 - ROOT: the tests take it from here
 from transceiver import cli as transceiver_cli
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "rtcedge"
+DEPLOY_EXTRA = "the deploy extra: pip install -e '.[deploy]'"
+
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 RELEASE = "rtcedge"
 NAMESPACE = "voice"
@@ -70,6 +70,11 @@ def render_files(
         "kube_version": kube_version,
         "api_versions": list(api_versions),
     }
+    # Imported here: a module that only reads values (tests/test_option_fields.py) loads without
+    # the extra, and its rendering tests skip naming it.
+    helm = pytest.importorskip("helm_python", reason=DEPLOY_EXTRA)
+    from helm_python import _native
+
     with helm.Chart.load(CHART) as chart:
         rendered = _native.call_string(
             "helm_render", chart._raw(), json.dumps(values), json.dumps(opts)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import re
 
-import helm_python as helm
-import kubernetes_validate
 import pytest
 import yaml
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+pytest.importorskip("kubernetes_validate", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
+import kubernetes_validate
 from kubernetes_validate.utils import latest_version
 
 from tests.deploy.render import (

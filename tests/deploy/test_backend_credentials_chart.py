@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 
-import helm_python as helm
 import pytest
 import yaml
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
 
 from tests.deploy.render import (
     CHART,

@@ -4,8 +4,11 @@ on its command line (issue 21 #7). Built by the real ``transceiver serve`` optio
 
 from __future__ import annotations
 
-import helm_python as helm
 import pytest
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
 
 from tests.deploy.render import (
     PUBLIC,

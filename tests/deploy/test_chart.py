@@ -10,8 +10,11 @@ import stat
 import subprocess
 from pathlib import Path
 
-import helm_python as helm
 import pytest
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
 
 from common.hint import Keyring
 from relay import cli as relay_cli

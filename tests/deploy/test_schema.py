@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import helm_python as helm
 import pytest
 import yaml
+
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
+import helm_python as helm
 
 from tests.deploy.render import CHART, PUBLIC, merge, render
 

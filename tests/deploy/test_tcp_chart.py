@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("helm_python", reason="the deploy extra: pip install -e '.[deploy]'")
+
 from tests.deploy.render import (
     PUBLIC,
     ci_values,

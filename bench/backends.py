@@ -594,7 +594,7 @@ def run(cfg: RealtimeConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"{sorted(cpus['clients'])}"
         )
         plan = plan_steps(cfg.backends, cfg.sessions, cfg.rounds)
-        progress = Progress([expected_step_s(n, cfg) for n, _, _ in plan], echo)
+        progress = Progress([expected_step_s(n, cfg) for n, _, _ in plan], echo, cfg.quick)
         order = ", ".join(dict.fromkeys(name for _, name, _ in plan))
         progress.announce(f"N = {', '.join(map(str, cfg.sessions))}; {order}; {cfg.rounds} x each")
         steps = run_steps(plan, cfg, bench, deadline, notes, progress)

@@ -342,7 +342,9 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"transceiver pid {trx.proc.pid} on CPU {sorted(cpus['transceiver'])}; relay and "
             f"{len(workers)} caller workers on CPU {sorted(cpus['clients'])}"
         )
-        progress = Progress([2.0 + 0.4 * cfg.calls, 3.0 * cfg.bursts, 2 * cfg.settle_s + 4.0], echo)
+        progress = Progress(
+            [2.0 + 0.4 * cfg.calls, 3.0 * cfg.bursts, 2 * cfg.settle_s + 4.0], echo, cfg.quick
+        )
         progress.announce(
             f"{cfg.calls} single calls, {cfg.bursts} x {cfg.burst} calls at once, memory at "
             f"0/{cfg.burst}/{2 * cfg.burst} calls"

@@ -371,7 +371,7 @@ def run(cfg: GeoConfig, echo: Echo = click.echo) -> dict[str, Any]:
             "edge skipped: this relay lacks the tier options "
             f"{', '.join(TIERS_OPTIONS)} (issue 11 item 1, not merged yet)"
         )
-    progress = Progress([cfg.window_s + VARIANT_OVERHEAD_S] * len(variants), echo)
+    progress = Progress([cfg.window_s + VARIANT_OVERHEAD_S] * len(variants), echo, cfg.quick)
     progress.announce(f"geo, {cfg.callers} callers per variant, {', '.join(variants) or 'none'}")
     result: dict[str, Any] = {
         **run_header("geo", started, os.sched_getaffinity(0), cfg),

@@ -266,6 +266,7 @@ async def run_bench(
     stock_jitter_buffer: bool = False,
     skipped: dict[str, str] | None = None,
     echo: Echo = click.echo,
+    quick: bool = False,
 ) -> dict[str, Any]:
     """Every scenario in turn but the ``skipped`` ones, with one Redis for those that use it
     (when there is one): the result, by scenario."""
@@ -276,6 +277,7 @@ async def run_bench(
         [TRIAL_S[name] + (SCENARIO_START_S if i == 0 else 0.0)
          for name in to_run for i in range(trials)],
         echo,
+        quick,
     )  # fmt: skip
     progress.announce(f"{trials} trial(s) of {', '.join(to_run)}")
     result: dict[str, Any] = {}
@@ -369,11 +371,11 @@ def recovery_bench(
     skipped = runnable(scenarios, click.echo)
 
     def measure() -> dict[str, Any]:
-        bench = run_bench(trials, scenarios, stock_jitter_buffer, skipped)
+        bench = run_bench(trials, scenarios, stock_jitter_buffer, skipped, quick=quick)
         return run_async(bench, RUN_DEADLINE_S)
 
     report = functools.partial(print_report, quick=quick)
-    run_and_report("recovery", measure, report, out_dir, recovery_figure)
+    run_and_report("recovery", measure, report, out_dir, recovery_figure, quick=quick)
 
 
 if __name__ == "__main__":

@@ -552,6 +552,7 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
             [window_s] * (cfg.rounds * len(rig.forwarders))
             + [len(rig.latency_paths) * cfg.latency_s + 0.5],
             echo,
+            cfg.quick,
         )
         progress.announce(
             f"measuring {cfg.rounds} rounds x {len(rig.forwarders)} forwarders, then latency"

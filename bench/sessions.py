@@ -464,7 +464,9 @@ def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
         for w in workers:
             pin_process(w.pid, cpus["clients"])
         progress = Progress(
-            [expected_step_s(n, cfg) for _ in cfg.audio_formats for n in cfg.sessions], echo
+            [expected_step_s(n, cfg) for _ in cfg.audio_formats for n in cfg.sessions],
+            echo,
+            cfg.quick,
         )
         progress.announce(
             f"steps of N = {', '.join(map(str, cfg.sessions))} concurrent calls for "
@@ -575,7 +577,7 @@ def summarize_format(
         out["codec_ratio"] = best["cpu_per_session_pct"] / codec_pct
         out["echo_lag_p95_ms"] = best["echo_lag_ms"].get("p95")
         out["echo_delay_p95_ms"] = best.get("echo_delay_ms", {}).get("p95")
-    out["criterion"] = criterion(audio_format, steps, best, out, cfg.max_loss_pct)
+    out["criterion"] = criterion(audio_format, steps, best, out, cfg.max_loss_pct, cfg.quick)
     return out
 
 
@@ -596,6 +598,7 @@ def criterion(
     best: dict[str, Any] | None,
     figures: dict[str, Any],
     max_loss_pct: float,
+    quick: bool = False,
 ) -> dict[str, Any]:
     """pcm16: CPU per call <= 2.5 x the codec-only reference; opus: >= 300 sessions per core
     derived from CPU per call. Both at the largest N that passed (every call under 1% frame
@@ -622,6 +625,8 @@ def criterion(
     )
     if best is None or figures["cpu_per_session_pct"] is None:
         detail = f"no step passed; {ended}"
+        if quick:  # not a failure: a smoke test's few calls on a busy machine often lose frames
+            detail = f"no step met its conditions (a quick run is not judged); {ended}"
         return {"name": name, "basis": "measured", "pass": False, "detail": detail}
     lag = figures["echo_delay_p95_ms"]  # the echo's measured delay (the lag counts losses too)
     lag_ok = lag is not None and lag <= MAX_ECHO_DELAY_P95_MS

@@ -285,7 +285,7 @@ def run(cfg: TurnConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"{sorted(rig.cpus['transceiver'])}; agent, relay worker and callers on CPU "
             f"{sorted(rig.cpus['clients'])}"
         )
-        progress = Progress([expected_step_s(n, cfg) for n in cfg.calls], echo)
+        progress = Progress([expected_step_s(n, cfg) for n in cfg.calls], echo, cfg.quick)
         progress.announce(f"N = {', '.join(map(str, cfg.calls))} calls, {cfg.turns} turns each")
         steps: list[TurnStep] = []
         for i, n in enumerate(cfg.calls):

@@ -15,6 +15,7 @@ import click
 
 from bench.harness.plots import Draw, PlotsUnavailable, write_plot
 from bench.harness.results import RESULTS_DIR, write_result
+from bench.harness.verdict import QUICK_END
 
 Echo = Callable[[str], None]
 Result = dict[str, Any]
@@ -80,13 +81,17 @@ def run_and_report(
     report: Callable[[Result, Echo], None],
     out_dir: str,
     draw: Draw,
+    quick: bool | None = None,
 ) -> None:
     """Measure, print the report, write ``<out_dir>/<benchmark>-<stamp>.json`` and its plot
     (``.png``, drawn by ``draw`` from the file) and say where; without matplotlib, say how to get
-    the plot."""
+    the plot. A quick run (``quick``, else as the result's config says) ends saying that its
+    figures are not judged."""
     with sigterm_unwinds():
         result = measure()
         report(result, click.echo)
+        if result.get("config", {}).get("quick") if quick is None else quick:
+            click.echo(QUICK_END)
         path = write_result(result, out_dir, benchmark)
         click.echo(f"results: {path}")
         try:

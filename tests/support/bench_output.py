@@ -1,6 +1,7 @@
-"""What every benchmark's ``--quick`` run prints: a progress line per step with an estimate of
-what is left, and no PASS/FAIL against an acceptance criterion it cannot meet; and the plot it
-draws beside its JSON."""
+"""What every benchmark's ``--quick`` run prints: a plan and a progress line per step with an
+estimate of what is left, no PASS/FAIL against an acceptance criterion it cannot meet, nothing
+that reads as a failure ("NOT PACED", "no step passed", "median nan"), and at both ends that its
+figures are not judged; and the plot it draws beside its JSON."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.verdict import QUICK_SKIP
+from bench.harness.verdict import QUICK_END, QUICK_PLAN, QUICK_SKIP
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MIN_PLOT_BYTES = 15_000  # a blank canvas of this size is a few KB; axes, text and data are more
 
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\] .*\(\d+ s elapsed, ~\d+ s left\)$")
+PLAN_LINE = re.compile(r"^.*: \d+ steps?, about \d+ (s|min)")
+READS_AS_FAILURE = re.compile(r"\bnan\b|NOT PACED|no step passed", re.IGNORECASE)
 
 
 def assert_quick_run_output(stdout: str, steps: int) -> None:
@@ -28,6 +31,10 @@ def assert_quick_run_output(stdout: str, steps: int) -> None:
     ], stdout
     assert not any(re.search(r"\b(PASS|FAIL)\b", line) for line in lines), stdout
     assert QUICK_SKIP in stdout, stdout
+    plans = [line for line in lines if PLAN_LINE.match(line)]
+    assert len(plans) == 1 and plans[0].endswith(QUICK_PLAN), stdout
+    assert QUICK_END in lines, stdout
+    assert not READS_AS_FAILURE.search(stdout), stdout
 
 
 def assert_plot_beside(result_json: Path, stdout: str) -> None:

@@ -11,6 +11,7 @@ What they run and read (the services as processes, callers, CPU time and UDP cou
 - ``bounds``: deadlines every wait of a run is bounded by.
 - ``stats``: percentiles and spreads over a run's samples.
 - ``progress``: a line per finished step with the time spent and an estimate of what is left.
+- ``coreshare``: how much of a core this process gets now, which the plan's estimate follows.
 - ``prerequisites``: programs a run needs, checked before it starts, with an install hint.
 - ``verdict``: PASS/FAIL against a criterion, or SKIP in a quick run (a smoke test).
 """

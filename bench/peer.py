@@ -478,6 +478,7 @@ def run(cfg: PeerConfig, echo: Echo = click.echo) -> dict[str, Any]:
                 for _ in range(cfg.rounds * len(SERVERS))
             ],
             echo,
+            cfg.quick,
         )
         loops = cfg.janus_event_loops or "its default: a loop and thread per handle"
         echo(

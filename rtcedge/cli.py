@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -20,6 +21,7 @@ from click.core import ParameterSource
 from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 from common.options import refuse_url_credentials_on_command_line
+from transceiver import codec_options
 
 # The transceiver's (transceiver/config.py, which this light module imports only to list the
 # backends: tests/rtcedge/test_up_backend_options.py holds them equal).
@@ -197,6 +199,7 @@ Examples:
     default=None,
     help="Require signed tokens (see `transceiver token`); open the page with ?token=...",
 )
+@codec_options.click_options  # the transceiver's --opus-* options, passed on to it
 def up(
     http: str,
     relay_addr: str,
@@ -211,6 +214,7 @@ def up(
     realtime_session_file: str | None,
     agent: bool,
     token_secret_file: str | None,
+    **opus: Any,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
     from rtcedge.checks import UpBackend, check_up_options
@@ -229,8 +233,9 @@ def up(
         agent,
     )
     try:
+        encoder = codec_options.settings_of(opus)
         addresses = check_up_options(
-            http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp
+            http, relay_addr, workers, chosen, token_secret_file, advertise, relay_tcp, encoder
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -245,7 +250,7 @@ def up(
         missing = agent_missing() if agent else []
     if missing:
         raise click.UsageError(f"--agent: needs {', '.join(missing)}: {INSTALL}")
-    run_local(addresses, workers, chosen, token_secret_file)
+    run_local(addresses, workers, chosen, token_secret_file, encoder)
 
 
 # What ``--agent`` stands for (``up``'s parameter -> its option): none of them goes with it.

@@ -40,8 +40,8 @@ def application() -> Any:
         check=must(lambda a: a in APPLICATIONS, f"unknown {{!r}} ({', '.join(APPLICATIONS)})"),
         chart=PASS_THROUGH,
         help="What the Opus encoder of the audio toward callers is tuned for: voip (speech: "
-        "SILK or hybrid below ~40 kbit/s, a high-pass filter), audio (music and voices as they "
-        "are), or restricted-lowdelay (CELT only, 2.5 ms less delay, no FEC).",
+        "SILK or hybrid for a voice, a high-pass filter), audio (music and voices as they "
+        "are), or restricted-lowdelay (CELT only, 4 ms less look-ahead, no FEC).",
     )
 
 

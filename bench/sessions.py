@@ -504,7 +504,7 @@ def run_format(
         steps = run_series(cfg, audio_format, procs, deadline, notes, progress)
         if trx.proc.poll() is not None:
             notes.append(f"the transceiver exited: {' | '.join(list(trx_log)[-5:])}")
-        overload = overload_step(cfg, steps, procs, deadline, trx_log, stack, notes, echo)
+        overload = overload_step(cfg, steps, procs, deadline, trx_log, stack, notes, echo, encoder)
     out: dict[str, Any] = {
         "transceiver_idle_cpu_pct": idle_pct,
         "transceiver_idle_rss_mb": idle_rss_mb,
@@ -585,9 +585,10 @@ def overload_step(
     stack: contextlib.ExitStack,
     notes: list[str],
     echo: Echo,
+    encoder: EncoderSettings = DEFAULTS,
 ) -> dict[str, Any] | None:
     """``--overload``: ``cfg.overload`` x the largest N that passed, to a transceiver with its
-    default admission (``bench/sessions_overload.py``)."""
+    default admission and the steps' ``encoder`` (``bench/sessions_overload.py``)."""
     if not cfg.overload:
         return None
     capacity = max((s.sessions for s in steps if s.ok), default=0)
@@ -598,7 +599,7 @@ def overload_step(
         notes.append(f"overload step skipped: the run's deadline ({cfg.max_seconds:.0f} s)")
         return None
     audio_format = steps[0].audio_format
-    restart_with_admission(procs, trx_log, stack, audio_format)
+    restart_with_admission(procs, trx_log, stack, audio_format, codec_options.arguments(encoder))
     shares = share_out(math.ceil(cfg.overload * capacity), procs.workers)
     echo(f"[{audio_format}] overload: offering {sum(map(len, shares.values()))} calls at once")
     timing = (cfg.connect_timeout_s, cfg.settle_s, cfg.window_s)

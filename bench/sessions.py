@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -52,6 +53,7 @@ from typing import Any
 import click
 
 from bench.codec_ref import measure_on
+from bench.encoder_variants import BASE_AGAIN, Variant, compare, parse_variant, print_comparison
 from bench.harness.bounds import Deadline, poll_until
 from bench.harness.cli import Echo, out_option, run_and_report
 from bench.harness.pinning import cpus_of, own_cpus_restored, pin_process, thread_affinities
@@ -69,7 +71,10 @@ from bench.sessions_step import (
     finish,
     measure,
 )
+from common.config import ConfigError
 from testbed.caller_workers import (
+    BEEPS,
+    SPEECH,
     TONE,
     WorkerProcess,
     callers_option,
@@ -78,8 +83,12 @@ from testbed.caller_workers import (
     mark,
     start_workers,
 )
+from testbed.callers import RATE, beep_packets, speech_packets
 from testbed.processes import NO_LOAD_GATE, RelayProcess, TransceiverProcess, drain_stderr
 from testbed.procfs import core_pct
+from testbed.voice_agent import spoken
+from transceiver import codec_options
+from transceiver.call.libopus import DEFAULTS, EncoderSettings, version
 
 MAX_LOSS_PCT = 1.0  # the acceptance criteria's frame loss bound
 MAX_ECHO_DELAY_P95_MS = 60.0
@@ -95,6 +104,17 @@ CODEC_REF_AUDIO_S = 2.0  # per call
 FIRST_TONE_HZ = 300  # call i sends FIRST_TONE_HZ + i * TONE_STEP_HZ (whole Hz: OpusToneTrack)
 TONE_STEP_HZ = 60  # > one Goertzel bin (50 Hz over a 20 ms frame): neighbours stay apart
 STEP_OVERHEAD_S = 40.0  # worst case of a step besides its window: connect, settle, hang up
+# --caller-audio speech: this sentence (espeak-ng) then silence, in a loop: ~3 s of speech and
+# 1.5 s of silence, in which DTX (--opus-dtx) sends nothing.
+SPEECH_TEXT = "please call me back tomorrow, I am in a meeting until five"
+SPEECH_SILENCE_S = 1.5
+CALLER_AUDIO = (TONE, BEEPS, SPEECH)
+CALLER_AUDIO_TEXT = {
+    TONE: "a tone (two levels, never silent)",
+    BEEPS: "beeps (100 ms of tone a second; frame loss counts the beeps only: not judged)",
+    SPEECH: f"speech ('{SPEECH_TEXT}', then {SPEECH_SILENCE_S:g} s of silence; frame loss "
+    "counts audible frames only: not judged)",
+}
 METHOD = {
     "frame_loss": "1 - audible echo frames received / (window / 20 ms), per call; "
     "window edges make it +-0.2% over 10 s, so it can be slightly negative",
@@ -128,6 +148,11 @@ class BenchConfig:
     overload: float = 0.0  # then offer this x the largest N that passed (bench/sessions_overload)
     audio_formats: tuple[str, ...] = (PCM16, OPUS)  # the echo backend's, a series each
     light_callers: bool = True  # testbed.caller_workers.CallerWorker: light or stock aiortc
+    # The transceiver's outbound encoder (its --opus-* options), and the codec-only reference's.
+    encoder: EncoderSettings = DEFAULTS
+    # Then a pcm16 series per variant, and the base's once more (bench/encoder_variants.py).
+    variants: tuple[Variant, ...] = ()
+    caller_audio: str = TONE  # what the callers send: CALLER_AUDIO (``caller_packets``)
 
     @property
     def workers(self) -> int:
@@ -145,7 +170,15 @@ def run_step(n: int, audio_format: str, cfg: BenchConfig, procs: Processes) -> S
     base = Snapshot.take(procs)  # the frame counters before the calls
     interrupted = False
     try:
-        calls = connect_calls(step, shares, procs.trx.url, cfg.connect_timeout_s, cfg.light_callers)
+        calls = connect_calls(
+            step,
+            shares,
+            procs.trx.url,
+            cfg.connect_timeout_s,
+            cfg.light_callers,
+            cfg.caller_audio,
+            caller_speech() if cfg.caller_audio == SPEECH else None,
+        )
         if not step.failed:
             measure_window(step, calls, base, list(shares), cfg, procs)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no goodbyes, the workers are stopped by PID
@@ -157,7 +190,9 @@ def run_step(n: int, audio_format: str, cfg: BenchConfig, procs: Processes) -> S
     for reply in hung:  # the final word on first echoes and tone checks
         for c in reply["calls"]:
             calls[c["id"]].update(c)
-    finish(step, calls, cfg.max_loss_pct)
+    # Frame loss counts audible frames: a bound for the tone only (beeps and speech are silent
+    # most of the time, and so is their echo).
+    finish(step, calls, cfg.max_loss_pct if cfg.caller_audio == TONE else math.inf)
     step.sessions_active_after = wait_sessions_ended(procs.trx, cfg.drain_timeout_s)
     if step.sessions_active_after != 0 and not step.stop_reason:
         step.stop_reason = f"{step.sessions_active_after:.0f} sessions still active after hang-up"
@@ -181,10 +216,12 @@ def connect_calls(
     timeout_s: float,
     light: bool,
     audio: str = TONE,
+    speech: tuple[list[bytes], int] | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Every call connected at once (``light``: light callers; ``audio``: what they send,
-    ``testbed.caller_workers.EchoCall``); each call's summary by id."""
-    connected = connect(shares, url, timeout_s, light=light, audio=audio)
+    ``testbed.caller_workers.EchoCall``, ``speech`` its packets for speech); each call's
+    summary by id."""
+    connected = connect(shares, url, timeout_s, light=light, audio=audio, speech=speech)
     calls = {c["id"]: c for reply in connected for c in reply["calls"]}
     step.connected = sum(c["connected"] for c in calls.values())
     step.failed = step.sessions - step.connected
@@ -316,9 +353,11 @@ def start_services(
     cpus: dict[str, set[int]],
     trx_log: collections.deque[str],
     notes: list[str],
+    encoder: EncoderSettings = DEFAULTS,
 ) -> tuple[TransceiverProcess, RelayProcess]:
-    """The relay and one echo transceiver of ``audio_format`` (``start_relay_and``)."""
-    backend = ["--audio-format", audio_format]
+    """The relay and one echo transceiver of ``audio_format`` whose encoder runs with
+    ``encoder``, every setting said on its command line (``start_relay_and``)."""
+    backend = ["--audio-format", audio_format, *codec_options.arguments(encoder)]
     max_sessions = max(cfg.sessions) + 10
     (trx,), relay = start_relay_and([backend], max_sessions, stack, cpus, [trx_log], notes)
     return trx, relay
@@ -397,16 +436,51 @@ def measure_idle(procs: Processes, idle_s: float) -> tuple[float, float]:
     return core_pct(b.transceiver_ns - a.transceiver_ns, b.t - a.t), b.transceiver_rss / 2**20
 
 
-def measure_codec(cfg: BenchConfig, cpus: set[int], echo: Echo) -> dict[str, Any]:
-    """The codec-only reference on the transceiver's core (``bench/codec_ref.py``)."""
+def measure_codec(
+    cfg: BenchConfig, cpus: set[int], echo: Echo, encoder: EncoderSettings, label: str = ""
+) -> dict[str, Any]:
+    """The codec-only reference on the transceiver's core (``bench/codec_ref.py``), encoding
+    with the settings of the transceiver it is the reference of."""
     calls = min(max(cfg.sessions), CODEC_REF_MAX_CALLS)
-    cost = measure_on(cpus, calls, 0.5 if cfg.quick else CODEC_REF_AUDIO_S)
+    audio = caller_packets(cfg.caller_audio, calls)
+    cost = measure_on(cpus, calls, 0.5 if cfg.quick else CODEC_REF_AUDIO_S, encoder, audio)
     echo(
-        f"codec only (libopus decode + encode, {calls} calls in turn, CPU {sorted(cpus)}): "
-        f"{cost.total_pct:.3f}% of a core per call (decode {cost.decode_pct:.3f}, encode "
-        f"{cost.encode_pct:.3f})"
+        f"codec only{f' [{label}]' if label else ''} (libopus decode + encode, {calls} calls in "
+        f"turn, CPU {sorted(cpus)}): {cost.total_pct:.3f}% of a core per call (decode "
+        f"{cost.decode_pct:.3f}, encode {cost.encode_pct:.3f})"
     )
     return asdict(cost)
+
+
+@functools.cache
+def caller_speech() -> tuple[list[bytes], int]:
+    """``--caller-audio speech``: SPEECH_TEXT then SPEECH_SILENCE_S of silence, as the Opus
+    packets each caller loops, and the index of the last with sound."""
+    pcm = spoken(SPEECH_TEXT, RATE)
+    return speech_packets(pcm, len(pcm) / 2 / RATE + SPEECH_SILENCE_S)
+
+
+def caller_packets(audio: str, calls: int) -> list[list[bytes]] | None:
+    """What the codec-only reference decodes for ``calls`` calls: the callers' own audio (None:
+    their tones, ``codec_ref``'s default); each call's speech starts at a frame of its own."""
+    if audio == BEEPS:
+        return [beep_packets(FIRST_TONE_HZ + TONE_STEP_HZ * i) for i in range(calls)]
+    if audio == SPEECH:
+        packets = caller_speech()[0]
+        shifts = [i * 7 % len(packets) for i in range(calls)]
+        return [packets[k:] + packets[:k] for k in shifts]
+    return None
+
+
+def measure_codecs(
+    cfg: BenchConfig, cpus: set[int], echo: Echo, when: str, codec: dict[str, Any]
+) -> None:
+    """``measure_codec`` for the base settings (into ``codec[when]``) and for each variant's
+    (into ``codec["variants"][label][when]``)."""
+    codec[when] = measure_codec(cfg, cpus, echo, cfg.encoder)
+    for v in cfg.variants:
+        by_label = codec.setdefault("variants", {}).setdefault(v.label, {})
+        by_label[when] = measure_codec(cfg, cpus, echo, v.encoder, v.label)
 
 
 def run_format(
@@ -417,13 +491,15 @@ def run_format(
     deadline: Deadline,
     notes: list[str],
     progress: Progress,
+    encoder: EncoderSettings | None = None,
 ) -> dict[str, Any]:
     """A transceiver and a relay of their own, the series of steps, the overload step: one
-    audio format's figures."""
+    audio format's figures (``encoder``: the transceiver's settings, else the run's)."""
     echo = progress.echo
+    encoder = encoder or cfg.encoder
     with contextlib.ExitStack() as stack:
         trx_log: collections.deque[str] = collections.deque(maxlen=200)
-        trx, relay = start_services(cfg, audio_format, stack, cpus, trx_log, notes)
+        trx, relay = start_services(cfg, audio_format, stack, cpus, trx_log, notes, encoder)
         assert trx.proc is not None
         procs = Processes(trx, relay, relay.worker_pids(), workers, cpus)
         echo(
@@ -437,11 +513,12 @@ def run_format(
         steps = run_series(cfg, audio_format, procs, deadline, notes, progress)
         if trx.proc.poll() is not None:
             notes.append(f"the transceiver exited: {' | '.join(list(trx_log)[-5:])}")
-        overload = overload_step(cfg, steps, procs, deadline, trx_log, stack, notes, echo)
+        overload = overload_step(cfg, steps, procs, deadline, trx_log, stack, notes, echo, encoder)
     out: dict[str, Any] = {
         "transceiver_idle_cpu_pct": idle_pct,
         "transceiver_idle_rss_mb": idle_rss_mb,
         "steps": [asdict(s) for s in steps],
+        "encoder": encoder.as_dict(),  # the transceiver's (pcm16: what its calls encode with)
     }
     if overload is not None:
         out["overload"] = overload
@@ -449,44 +526,65 @@ def run_format(
 
 
 def run(cfg: BenchConfig, echo: Echo = click.echo) -> dict[str, Any]:
-    """Set everything up, run the steps of each audio format, tear everything down (by PID)
-    whatever happens. The codec-only reference is measured before and after, on the
-    transceiver's core while no transceiver runs."""
+    """Set everything up, run the steps of each audio format (then of each encoder variant),
+    tear everything down (by PID) whatever happens. The codec-only reference is measured before
+    and after, on the transceiver's core while no transceiver runs, with the encoder settings
+    of the transceiver it is the reference of."""
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         deadline = Deadline.after(cfg.max_seconds)
         started = utc_now()
         notes: list[str] = []
         allowed = stack.enter_context(own_cpus_restored())
         cpus = plan_cpus(allowed, notes)
-        codec = {"before": measure_codec(cfg, cpus["transceiver"], echo)}
+        echo(f"opus encoder of the pcm16 calls: {cfg.encoder.describe()} ({version()})")
+        codec: dict[str, Any] = {}
+        measure_codecs(cfg, cpus["transceiver"], echo, "before", codec)
         os.sched_setaffinity(0, cpus["clients"])
         workers = start_workers(cfg.workers, cfg.max_seconds + 60, Path(tmp), stack)
         for w in workers:
             pin_process(w.pid, cpus["clients"])
+        series = [*cfg.audio_formats, *(v.label for v in variant_series(cfg))]
         progress = Progress(
-            [expected_step_s(n, cfg) for _ in cfg.audio_formats for n in cfg.sessions],
-            echo,
-            cfg.quick,
+            [expected_step_s(n, cfg) for _ in series for n in cfg.sessions], echo, cfg.quick
         )
         progress.announce(
             f"steps of N = {', '.join(map(str, cfg.sessions))} concurrent calls for "
-            f"{' then '.join(cfg.audio_formats)}"
+            f"{' then '.join(series)}"
         )
         formats = {
             fmt: run_format(fmt, cfg, workers, cpus, deadline, notes, progress)
             for fmt in cfg.audio_formats
         }
-        codec["after"] = measure_codec(cfg, cpus["transceiver"], echo)
+        variants = {
+            v.label: run_format(PCM16, cfg, workers, cpus, deadline, notes, progress, v.encoder)
+            for v in variant_series(cfg)
+        }
+        measure_codecs(cfg, cpus["transceiver"], echo, "after", codec)
     codec["per_call_pct"] = (codec["before"]["total_pct"] + codec["after"]["total_pct"]) / 2
+    for by_label in codec.get("variants", {}).values():
+        by_label["per_call_pct"] = (
+            by_label["before"]["total_pct"] + by_label["after"]["total_pct"]
+        ) / 2
     result = run_header("sessions", started, allowed, cfg)
     result["cpus"] = {name: sorted(group) for name, group in cpus.items()}
     result["method"] = METHOD
+    result["encoder"] = {"settings": cfg.encoder.as_dict(), "said": cfg.encoder.describe()}
+    result["encoder"]["libopus"] = version()
     result["codec"] = codec
     result["formats"] = formats
+    if variants:
+        result["variants"] = variants
     result["steps"] = [s for f in formats.values() for s in f["steps"]]
     result["notes"] = notes
     result["summary"] = summarize(result, cfg)
     return result
+
+
+def variant_series(cfg: BenchConfig) -> list[Variant]:
+    """The pcm16 series after the formats': each variant, then the base once more."""
+    if not cfg.variants:
+        return []
+    return [*cfg.variants, Variant(BASE_AGAIN, cfg.encoder)]
 
 
 def overload_step(
@@ -498,9 +596,10 @@ def overload_step(
     stack: contextlib.ExitStack,
     notes: list[str],
     echo: Echo,
+    encoder: EncoderSettings = DEFAULTS,
 ) -> dict[str, Any] | None:
     """``--overload``: ``cfg.overload`` x the largest N that passed, to a transceiver with its
-    default admission (``bench/sessions_overload.py``)."""
+    default admission and the steps' ``encoder`` (``bench/sessions_overload.py``)."""
     if not cfg.overload:
         return None
     capacity = max((s.sessions for s in steps if s.ok), default=0)
@@ -511,7 +610,7 @@ def overload_step(
         notes.append(f"overload step skipped: the run's deadline ({cfg.max_seconds:.0f} s)")
         return None
     audio_format = steps[0].audio_format
-    restart_with_admission(procs, trx_log, stack, audio_format)
+    restart_with_admission(procs, trx_log, stack, audio_format, codec_options.arguments(encoder))
     shares = share_out(math.ceil(cfg.overload * capacity), procs.workers)
     echo(f"[{audio_format}] overload: offering {sum(map(len, shares.values()))} calls at once")
     timing = (cfg.connect_timeout_s, cfg.settle_s, cfg.window_s)
@@ -583,13 +682,22 @@ def summarize_format(
 
 def summarize(result: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
     codec_pct = result["codec"]["per_call_pct"]
-    return {
+    out: dict[str, Any] = {
         "codec_cpu_per_call_pct": codec_pct,
         "by_format": {
             fmt: summarize_format(fmt, figures, codec_pct, cfg)
             for fmt, figures in result["formats"].items()
         },
     }
+    variants = result.get("variants")
+    if variants and PCM16 in result["formats"]:
+        codec = {"base": codec_pct} | {
+            label: figures["per_call_pct"] for label, figures in result["codec"]["variants"].items()
+        }
+        bases = [result["formats"][PCM16]["steps"], variants[BASE_AGAIN]["steps"]]
+        others = {label: v["steps"] for label, v in variants.items() if label != BASE_AGAIN}
+        out["variants"] = compare(bases, others, codec)
+    return out
 
 
 def criterion(
@@ -695,12 +803,21 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     echo(
         f"sessions: echo calls through the relay into one transceiver; window "
         f"{cfg['window_s']:g} s per step; transceiver on CPU {result['cpus']['transceiver']}, "
-        f"callers + relay worker on CPU {result['cpus']['clients']}"
+        f"callers + relay worker on CPU {result['cpus']['clients']}; the callers send "
+        f"{CALLER_AUDIO_TEXT[cfg.get('caller_audio', TONE)]}"
     )
+    encoder = result.get("encoder", {})
+    if encoder:
+        echo(
+            f"opus encoder of the pcm16 calls (the transceiver's --opus-* options): "
+            f"{encoder['said']} ({encoder['libopus']}); opus calls pass the caller's packets "
+            "through and encode nothing"
+        )
     echo(
         f"codec only (libopus decode + encode of the callers' audio, the transceiver's codec "
-        f"classes, on its core): {codec['before']['total_pct']:.3f}% of a core per call before "
-        f"the steps, {codec['after']['total_pct']:.3f}% after; reference "
+        f"classes with the same encoder settings, on its core): "
+        f"{codec['before']['total_pct']:.3f}% of a core per call before the steps, "
+        f"{codec['after']['total_pct']:.3f}% after; reference "
         f"{summary['codec_cpu_per_call_pct']:.3f}%"
     )
     for fmt, figures in result["formats"].items():
@@ -713,6 +830,9 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
         print_format_summary(fmt, figures, summary["by_format"][fmt], cfg, echo)
         if "overload" in figures:
             print_overload(figures["overload"], echo, step_line)
+    if "variants" in summary:
+        base = EncoderSettings(**encoder["settings"])
+        print_comparison(summary["variants"], base, echo)
     echo("")
     echo(
         "echo ms: dly95, the echo's delay over the window, p95 over the calls (each call matches "
@@ -725,7 +845,7 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
         "one core; others c0/c1: busy time of the transceiver's / the callers' CPUs (/proc/stat) "
         "that none of ours used; N#2: a second attempt of a step disturbed by others' work."
     )
-    for note in result["notes"]:
+    for note in dict.fromkeys(result["notes"]):  # a series each may say the same
         echo(f"note: {note}")
 
 
@@ -779,7 +899,11 @@ def print_format_summary(
     if s["rss_mb_per_call"] is not None:
         echo(f"memory per call (RSS slope over N, idle as N = 0): {s['rss_mb_per_call']:.2f} MB")
     c = s["criterion"]
-    echo(f"{verdict(c['pass'], cfg.get('quick', False))} ({c['basis']}) {c['name']}: {c['detail']}")
+    audio = cfg.get("caller_audio", TONE)
+    said = verdict(c["pass"], cfg.get("quick", False))
+    if audio != TONE and not cfg.get("quick", False):
+        said = f"SKIP (the callers send {audio}: criterion not judged)"
+    echo(f"{said} ({c['basis']}) {c['name']}: {c['detail']}")
 
 
 def parse_sessions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -798,9 +922,15 @@ Examples:
   rtcedge bench sessions                         # pcm16 then opus; N = 10, 20, 40, 60, 80
   rtcedge bench sessions --audio-format pcm16 --sessions 20,30,40 --overload 1.5
   rtcedge bench sessions --quick                 # smoke test: N = 2, 2 s window
+  rtcedge bench sessions --audio-format pcm16 --sessions 20 --opus-complexity 5
+  rtcedge bench sessions --audio-format pcm16 --sessions 20 --vary opus-complexity=5 \\
+      --vary opus-complexity=1 --vary opus-fec=on,opus-packet-loss=10 --vary opus-dtx=on
 \b
 Measures the codec-only reference (libopus decode + encode of the same audio, on the
-transceiver's core) before and after the steps, then runs the steps for each audio format.
+transceiver's core, with the transceiver's encoder settings: the --opus-* options) before and
+after the steps, then runs the steps for each audio format; with --vary, then a pcm16 series
+per variant of the encoder settings and the base's once more, and a table of what each costs
+per call against the base (bench/encoder_variants.py).
 Prints a line per step as it goes, then per format a table and PASS/FAIL: pcm16, CPU per call
 <= 2.5 x the codec-only reference; opus, >= 300 sessions per core derived from CPU per call;
 both with every call under 1% frame loss and echo lag p95 <= 60 ms at the largest N that passed
@@ -865,6 +995,26 @@ figures are.
     "or Opus passed through (no codec work).",
 )
 @callers_option
+@click.option(
+    "--caller-audio",
+    type=click.Choice(CALLER_AUDIO),
+    default=TONE,
+    show_default=True,
+    help="What the callers send (and the codec-only reference decodes): the tone (never "
+    "silent), beeps (100 ms of tone a second), or speech (a sentence by espeak-ng, then 1.5 s "
+    "of silence): with silence, what DTX is for. Frame loss counts audible frames only: with "
+    "beeps or speech the steps' verdicts mean nothing, their CPU still does.",
+)
+@click.option(
+    "--vary",
+    "variants",
+    multiple=True,
+    metavar="SETTING=VALUE[,...]",
+    help="Then a pcm16 series against a transceiver whose encoder differs from the --opus-* "
+    "settings so (e.g. opus-complexity=5; opus-fec=on,opus-packet-loss=10); repeatable, a "
+    "series each, and the base's once more at the end.",
+)
+@codec_options.click_options
 @click.option("--quick", is_flag=True, help="N = 2, 2 s window: a smoke test, not a measurement.")
 def sessions_bench(
     sessions: tuple[int, ...],
@@ -876,35 +1026,48 @@ def sessions_bench(
     overload: float | None,
     audio_format: tuple[str, ...],
     callers: str,
+    caller_audio: str,
+    variants: tuple[str, ...],
     quick: bool,
+    **opus: Any,
 ) -> None:
     """Concurrent echo calls per transceiver core: connect time, first echo, loss, CPU/session."""
+    try:
+        encoder = codec_options.settings_of(opus)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    varied = tuple(parse_variant(text, encoder) for text in variants)
+    formats = tuple(dict.fromkeys(audio_format))
+    if varied and PCM16 not in formats:
+        formats = (PCM16, *formats)  # the base the variants are compared with
+    common = {
+        "encoder": encoder,
+        "variants": varied,
+        "caller_audio": caller_audio,
+        "audio_formats": formats,
+        "light_callers": callers == "light",
+        "calls_per_worker": calls_per_worker,
+        "out_dir": out_dir,
+        "overload": overload or 0.0,
+    }
     if quick:
         cfg = BenchConfig(
             sessions=(2,),
             window_s=2.0,
             settle_s=1.0,
             idle_s=0.5,
-            calls_per_worker=calls_per_worker,
             max_seconds=min(max_seconds, 120.0),
             retries=0,
-            out_dir=out_dir,
             quick=True,
-            overload=overload or 0.0,
-            audio_formats=tuple(dict.fromkeys(audio_format)),
-            light_callers=callers == "light",
+            **common,
         )
     else:
         cfg = BenchConfig(
             sessions=sessions,
             window_s=seconds,
-            calls_per_worker=calls_per_worker,
             max_seconds=max_seconds,
             retries=retries,
-            out_dir=out_dir,
-            overload=overload or 0.0,
-            audio_formats=tuple(dict.fromkeys(audio_format)),
-            light_callers=callers == "light",
+            **common,
         )
     run_and_report("sessions", lambda: run(cfg), print_report, cfg.out_dir, sessions_figure)
 

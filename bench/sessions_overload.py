@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,15 +46,28 @@ class Overload:
 
 
 def restart_with_admission(
-    procs: Processes, log: Any, stack: contextlib.ExitStack, audio_format: str
+    procs: Processes,
+    log: Any,
+    stack: contextlib.ExitStack,
+    audio_format: str,
+    encoder_args: Sequence[str] = (),
 ) -> None:
     """Stop the capacity steps' transceiver; start one with the default admission on its ports
-    (the relay's allowlist names its media address) and its core."""
+    (the relay's allowlist names its media address) and its core, its encoder's settings the
+    steps' (``encoder_args``: its --opus-* arguments)."""
     old = procs.trx
     old.stop(15.0)
     trx = TransceiverProcess(
         old.relay,
-        extra_args=["--drain-grace", "5", "--client-rate", "0", "--audio-format", audio_format],
+        extra_args=[
+            "--drain-grace",
+            "5",
+            "--client-rate",
+            "0",
+            "--audio-format",
+            audio_format,
+            *encoder_args,
+        ],
     )
     trx.media_port, trx.http_port, trx.metrics_port = (
         old.media_port,

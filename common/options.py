@@ -127,9 +127,17 @@ def option_fields(config: Any) -> list[tuple[str, Option]]:
 def command_options(config: type) -> Callable[[F], F]:
     """Decorate a click command with an option per option field of ``config``, in field order
     (so ``--help`` lists them so); each parameter is named after its field."""
+    return click_options(option_fields(config))
+
+
+def click_options(fields: Iterable[tuple[str, Option]]) -> Callable[[F], F]:
+    """Decorate a click command with an option per (field name, option), in that order: a
+    config's (``command_options``), or some of them on another command that passes them on
+    (``rtcedge up``)."""
+    specs = list(fields)
 
     def decorate(command: F) -> F:
-        for name, spec in reversed(option_fields(config)):
+        for name, spec in reversed(specs):
             kw = dict(spec.click)
             if spec.default is not None or not (kw.get("multiple") or kw.get("required")):
                 kw["default"] = spec.default  # (none for a repeatable or a required one)
@@ -139,6 +147,15 @@ def command_options(config: type) -> Callable[[F], F]:
         return command
 
     return decorate
+
+
+def arguments(spec: Option, value: Any) -> list[str]:
+    """The command-line arguments that give ``value`` (as the field holds it, a plain scalar)
+    to an option: ``--flag value``, or one flag of an on/off pair."""
+    if "/" in spec.flag:
+        on, off = spec.flag.split("/")
+        return [on if value else off]
+    return [spec.flag, str(value)]
 
 
 def config_from_options(config: type[C], params: Mapping[str, Any]) -> C:

@@ -31,6 +31,7 @@ from common.config import ConfigError, format_host_port, parse_host_port
 from common.options import option_fields
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
+from transceiver.call.libopus import DEFAULTS, EncoderSettings
 from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig, takes_credentials
 from transceiver.signaling.tokens import read_secrets_file
 
@@ -313,10 +314,12 @@ def check_up_options(
     advertise: str | None = None,
     relay_tcp: int | None = None,
     admission: UpAdmission = UpAdmission(),
+    encoder: EncoderSettings = DEFAULTS,
 ) -> UpAddresses:
     """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
-    first value either service would refuse. ``http`` None (not given): port 8080 on the
-    loopback of ``relay``'s family, so ``--relay '[::1]:3478'`` alone runs on IPv6."""
+    first value either service would refuse (``encoder``: the ``--opus-*`` options, the
+    transceiver's own). ``http`` None (not given): port 8080 on the loopback of ``relay``'s
+    family, so ``--relay '[::1]:3478'`` alone runs on IPv6."""
     try:
         relay_address = resolve("--relay", relay)
         http_address = (LOOPBACK[family(relay_address[0])], DEFAULT_HTTP_PORT)
@@ -354,6 +357,7 @@ def check_up_options(
             **admission.config_fields(),
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
+            **{f"opus_{name}": value for name, value in encoder.as_dict().items()},
         ).validate()
         try_plugin(transceiver)
     except ConfigError as exc:

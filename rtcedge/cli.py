@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -21,6 +22,7 @@ from click.core import ParameterSource
 from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 from common.options import refuse_url_credentials_on_command_line
+from transceiver import codec_options
 
 # The transceiver's (transceiver/config.py, which this light module imports only to list the
 # backends: tests/rtcedge/test_up_backend_options.py holds them equal).
@@ -223,6 +225,7 @@ Examples:
     help="Refuse new calls while the transceiver's event loop runs this many ms late. 0: off, "
     "as for a local demo; a deployed transceiver's is 20.",
 )
+@codec_options.click_options  # the transceiver's --opus-* options, passed on to it
 def up(
     http: str,
     relay_addr: str,
@@ -239,6 +242,7 @@ def up(
     token_secret_file: str | None,
     admit_max_cpu: float,
     admit_max_loop_lag: float,
+    **opus: Any,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
     from rtcedge.checks import UpAdmission, UpBackend, check_up_options
@@ -267,6 +271,7 @@ def up(
     given_http = None if ctx.get_parameter_source("http") is ParameterSource.DEFAULT else http
     admission = UpAdmission(admit_max_cpu, admit_max_loop_lag)
     try:
+        encoder = codec_options.settings_of(opus)
         addresses = check_up_options(
             given_http,
             relay_addr,
@@ -276,6 +281,7 @@ def up(
             advertise,
             relay_tcp,
             admission,
+            encoder,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -290,7 +296,7 @@ def up(
         missing = agent_missing() if agent else []
     if missing:
         raise click.UsageError(f"--agent: needs {', '.join(missing)}: {INSTALL}")
-    run_local(addresses, workers, chosen, token_secret_file, admission)
+    run_local(addresses, workers, chosen, token_secret_file, admission, encoder)
 
 
 # Read by ``up`` besides its options' variables: the model server's key (passed on as it is).

@@ -27,6 +27,8 @@ from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
 from rtcedge.checks import UpAddresses, UpAdmission, UpBackend, is_wildcard
 from testbed.processes import RelayProcess, TransceiverProcess
 from testbed.voice_agent import VoiceAgentProcess
+from transceiver import codec_options
+from transceiver.call.libopus import DEFAULTS, EncoderSettings
 
 
 def run_local(
@@ -35,9 +37,10 @@ def run_local(
     backend: UpBackend,
     token_secret_file: str | None,
     admission: UpAdmission,
+    encoder: EncoderSettings = DEFAULTS,
 ) -> None:
     """Start relay (+ voice agent) + transceiver, report ``ready``, stop them all on a signal
-    or when one exits."""
+    or when one exits. ``encoder``: the ``--opus-*`` options, passed on to the transceiver."""
     relay = relay_process(addresses, workers)
     agent = VoiceAgentProcess(die_with_parent=True) if backend.agent else None
     trx: TransceiverProcess | None = None
@@ -48,7 +51,9 @@ def run_local(
     try:
         if agent is not None:  # first: the slowest to start, and the transceiver needs its URL
             agent.start(stop=stop)
-        trx = transceiver_process(addresses, relay, backend, agent, token_secret_file, admission)
+        trx = transceiver_process(
+            addresses, relay, backend, agent, token_secret_file, admission, encoder
+        )
         relay.start()  # (with the transceiver's address)
         trx.start()
         click.echo(ready_line(addresses, trx, backend, agent))
@@ -101,9 +106,10 @@ def transceiver_process(
     agent: VoiceAgentProcess | None,
     token_secret_file: str | None,
     admission: UpAdmission,
+    encoder: EncoderSettings = DEFAULTS,
 ) -> TransceiverProcess:
     """The transceiver on ``--http``, behind ``relay``, with ``up``'s backend options (at the
-    voice agent with ``--agent``) and its load admission."""
+    voice agent with ``--agent``), its load admission and its encoder's, every one said."""
     # Only the relay's internal sockets may send encapsulated datagrams.
     extra = ["--drain-grace", "2", "--relay-network", relay.host]
     extra += admission.transceiver_options()
@@ -112,7 +118,7 @@ def transceiver_process(
     backend_args, env = backend.transceiver_options(
         agent.backend_url if agent else None, agent.key if agent else None
     )
-    extra += backend_args
+    extra += backend_args + codec_options.arguments(encoder)
     if token_secret_file:
         extra += ["--token-secret-file", token_secret_file]
     trx = TransceiverProcess(

@@ -38,6 +38,7 @@ from common.options import (
     option,
     words,
 )
+from transceiver import codec_options as codec
 from transceiver.backend import SAMPLE_RATES, Backend
 from transceiver.backends import create_backend
 from transceiver.backends.plugins import (
@@ -51,6 +52,7 @@ from transceiver.backends.plugins import (
     resolve,
 )
 from transceiver.backends.realtime.policy import ClientEventPolicy, load_policy
+from transceiver.call.libopus import EncoderSettings
 from transceiver.call.lifecycle import FIRST_CHECK_TIMEOUT_S, Limits
 from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.headroom import LoadLimits
@@ -340,6 +342,13 @@ class TransceiverConfig:
         help="What the echo backend takes: decoded PCM16, or the caller's Opus passed through "
         "(no codec work). A websocket backend chooses per call (docs/backend-protocol.md).",
     )
+    # The outbound Opus encoder's (transceiver.codec_options, where they are declared).
+    opus_application: str = codec.application()
+    opus_bitrate_bps: int = codec.bitrate()
+    opus_complexity: int = codec.complexity()
+    opus_fec: bool = codec.fec()
+    opus_packet_loss_pct: int = codec.packet_loss()
+    opus_dtx: bool = codec.dtx()
     # A ceiling under --admit-max-cpu: 85 % of a core / 2.16 % per echo session (bench sessions,
     # 2026-12-01: N=30 at 65 % of the pinned core) = 39; the load admission usually refuses first.
     max_sessions: int = option(
@@ -699,6 +708,7 @@ class TransceiverConfig:
         if bool(self.keyring_path) == bool(self.keyring_json):
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
         self._check_backend()
+        self.opus_settings()
         if self.metrics is not None and self.metrics == self.http and self.http[1] != 0:
             raise ConfigError("--metrics", "must not be the --http address")
         self.region_table()
@@ -874,6 +884,10 @@ class TransceiverConfig:
             return WebSocketBackend(self.websocket_backend_config())
         rate = {} if self.audio_rate is None else {"sample_rate": self.audio_rate}
         return create_backend("echo", audio_format=self.audio_format, **rate)
+
+    def opus_settings(self) -> EncoderSettings:
+        """The outbound encoder's settings (ConfigError naming the option for a bad one)."""
+        return codec.settings_of({name: getattr(self, name) for name in codec.FIELDS})
 
     @cached_property
     def http_limits(self) -> ListenerLimits:

@@ -12,6 +12,7 @@ import signal
 from aiohttp import web
 
 from common.config import ConfigError
+from transceiver.call.libopus import version
 from transceiver.config import TransceiverConfig
 from transceiver.signaling.listener import GuardedListener
 
@@ -68,6 +69,7 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
         config.http,
         config.metrics or "off",
     )
+    log.info("opus encoder toward callers: %s (%s)", config.opus_settings().describe(), version())
     if ready is not None:
         ready.set()
     await stop.wait()

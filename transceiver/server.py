@@ -92,6 +92,7 @@ class TransceiverServer:
             audio_clock=AudioClock(),
             certificate=lambda: self.certificates.current(time.monotonic()),
             sctp_limits=config.sctp_limits(),
+            encoder_settings=config.opus_settings(),
         )
         self.headroom = Headroom(config.load_limits())
         self._transport: DrainingTransport | None = None

@@ -1,9 +1,12 @@
 """Opus, what both audio directions share: packet durations, a mono decoder, a mono encoder.
 
-libopus through PyAV's codec contexts, mono at 48 kHz both ways: a caller's stereo stream is
-downmixed by libopus itself while decoding, so no frame ever goes through a resampler. A direct
-ctypes binding to libopus decodes ~3 us faster per 20 ms frame (15 against 18 us, measured on
-the bench machine): not worth a second way to find the library.
+The decoder is libopus through PyAV's codec context, mono at 48 kHz: a caller's stereo stream is
+downmixed by libopus itself while decoding, so no frame ever goes through a resampler (a direct
+ctypes binding decodes ~3 us faster per 20 ms frame, 15 against 18 us on the bench machine:
+``transceiver.call.libopus`` does, for the other rates). The encoder is libopus called directly
+(``libopus.LibopusEncoder``), whose settings (``EncoderSettings``: the ``--opus-*`` options) can
+be read back from libopus; ``Encoder`` adds what sending needs on top: DTX's rule of what not
+to send.
 
 ``packet_samples`` reads a packet's duration from its TOC byte (RFC 6716 section 3.1) without
 decoding it; Opus passthrough paces and validates the backend's packets with it.
@@ -16,9 +19,14 @@ import fractions
 
 import av
 
+from transceiver.call.libopus import DEFAULTS, EncoderSettings, LibopusEncoder
+
 RATE = 48000  # Opus's clock, and the backends' PCM rate
 TIME_BASE = fractions.Fraction(1, RATE)
-BITRATE = 32000  # voice, mono
+# A packet of at most this many bytes is a DTX frame: its TOC alone (or with a frame count
+# byte), which the decoder takes as "nothing new" and conceals with comfort noise (libopus's
+# opus_encode docs; WebRTC's AudioEncoderOpus uses the same test).
+DTX_MAX_BYTES = 2
 MAX_PACKET_BYTES = 1275  # RFC 6716 3.4 [R2] for one frame; plenty for a voice packet in one RTP
 MAX_PACKET_SAMPLES = RATE * 120 // 1000  # RFC 6716 3.4 [R5]: at most 120 ms per packet
 
@@ -82,36 +90,33 @@ class Decoder:
 
 
 class Encoder:
-    """PCM16 LE mono 48 kHz, 20 ms at a time -> Opus packets (bytes)."""
+    """PCM16 LE mono at ``rate``, 20 ms at a time -> the Opus packets to send (a list: none
+    while DTX holds, see ``encode``)."""
 
-    def __init__(self, rate: int = RATE) -> None:
+    def __init__(self, rate: int = RATE, settings: EncoderSettings = DEFAULTS) -> None:
         # libopus encodes from 8, 12, 16, 24 or 48 kHz input natively; the packets are the same
         # Opus whatever the input rate (the RTP clock stays 48 kHz, RFC 7587 4.1).
-        codec = av.CodecContext.create("libopus", "w")
-        codec.bit_rate = BITRATE
-        codec.format = "s16"
-        codec.layout = "mono"
-        codec.sample_rate = rate
-        codec.time_base = fractions.Fraction(1, rate)
-        codec.options = {"application": "voip"}
-        self._codec = codec
-        self._rate = rate
-        self._samples = rate // 50
-        self._pts = 0
+        self._encoder = LibopusEncoder(rate, settings)
+        self.settings = settings
+        self.in_dtx = False  # the last packet was a DTX frame (only with settings.dtx)
 
-    def skip(self, samples: int) -> None:
-        """Samples (at 48 kHz, the stream's clock) sent by other means (a cached silent packet):
-        later packets' timestamps stay on the stream's clock."""
-        self._pts += samples * self._rate // RATE
+    def get(self, request: int) -> int:
+        """libopus's ``OPUS_GET_*`` (``libopus.GET_COMPLEXITY``...) of this encoder."""
+        return self._encoder.get(request)
 
     def encode(self, pcm: bytes) -> list[bytes]:
-        frame = av.AudioFrame(format="s16", layout="mono", samples=self._samples)
-        frame.planes[0].update(pcm)
-        frame.sample_rate = self._rate
-        frame.time_base = self._codec.time_base
-        frame.pts = self._pts
-        self._pts += self._samples
-        return [bytes(packet) for packet in self._codec.encode(frame)]
+        """The packet of one frame; with DTX, in silence, only the first DTX frame of a run:
+        it tells the caller's decoder that silence began (RFC 7587 3.1.3), the ones after it
+        say nothing new and are not sent (as WebRTC does; libopus still sends a real frame
+        every 400 ms of DTX, which refreshes the comfort noise)."""
+        packet = self._encoder.encode(pcm)
+        if self.settings.dtx and len(packet) <= DTX_MAX_BYTES:
+            if self.in_dtx:
+                return []
+            self.in_dtx = True
+        else:
+            self.in_dtx = False
+        return [packet]
 
 
 def silence_frame(toc: int = 0) -> bytes:

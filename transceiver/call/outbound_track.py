@@ -29,6 +29,7 @@ from transceiver.backend import (
     frame_bytes,
 )
 from transceiver.call import opus
+from transceiver.call.libopus import DEFAULTS, EncoderSettings
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50  # on the RTP clock (48 kHz), whatever the PCM rate
 SLOT_S = 0.02  # one frame's slot
@@ -72,7 +73,9 @@ class BackendAudioTrack(MediaStreamTrack):
         max_buffered_frames: int = 1500,
         on_frame_out: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        encoder_settings: EncoderSettings = DEFAULTS,
     ) -> None:
+        """``encoder_settings``: the ``--opus-*`` options, for PCM the backend gives."""
         super().__init__()
         self._clock = clock  # the time ``take_due`` is given: when audio comes, is its slot due?
         self._on_frame_out = on_frame_out
@@ -85,6 +88,7 @@ class BackendAudioTrack(MediaStreamTrack):
         self._frame_bytes = frame_bytes(AUDIO_SAMPLE_RATE)
         self._silence = bytes(self._frame_bytes)
         self._encoder: opus.Encoder | None = None
+        self._encoder_settings = encoder_settings
         self._quiet_frames = 0  # consecutive slots of silence sent
         self._own_silence = b""  # pcm16: the encoder's packet for its last encoded silent frame
         # opus: the backend's last TOC as a frame of 0 bytes, what fills the first slots it left
@@ -194,7 +198,7 @@ class BackendAudioTrack(MediaStreamTrack):
         silence = self._silence
         pcm = self._frames.popleft() if self._frames else silence
         if self._encoder is None:
-            self._encoder = opus.Encoder(self.sample_rate)
+            self._encoder = opus.Encoder(self.sample_rate, self._encoder_settings)
         self._pts += SAMPLES_PER_FRAME
         if pcm is not silence:
             self._count_out()
@@ -202,13 +206,20 @@ class BackendAudioTrack(MediaStreamTrack):
             self._early = False
         else:
             self._quiet_frames += 1
-            if self._quiet_frames > ENCODED_SILENCE_FRAMES and self._own_silence:
+            if self._encoder.in_dtx:
+                # DTX (--opus-dtx): the caller's decoder got the DTX frame that began the
+                # silence and makes comfort noise; our own filler has nothing new to encode.
+                return []
+            if (
+                self._quiet_frames > ENCODED_SILENCE_FRAMES
+                and self._own_silence
+                and not self._encoder_settings.dtx  # with DTX, encode until libopus goes quiet
+            ):
                 # The backend is quiet (a voice agent listening): repeat this encoder's own last
                 # silent packet. libopus spends more on silence than on speech (~0.24 against
                 # ~0.13 ms a frame). Never another encoder's: its packet (hybrid, full band)
                 # spliced into this stream (CELT or hybrid at this call's bandwidth) made the
                 # caller's decoder play a 40 ms full-scale burst (issue 25).
-                self._encoder.skip(SAMPLES_PER_FRAME)
                 return [self._own_silence]
         packets = self._encoder.encode(pcm)
         if pcm is silence and self._quiet_frames == ENCODED_SILENCE_FRAMES and packets:

@@ -41,6 +41,7 @@ from transceiver.backend import (
 from transceiver.call import inbound, outbound, sctp, seam
 from transceiver.call.bundle import BundledOffer, payload_types
 from transceiver.call.ice import SharedSocketConnection
+from transceiver.call.libopus import DEFAULTS, EncoderSettings
 from transceiver.call.lifecycle import Lifecycle, Limits, State
 from transceiver.call.outbound_track import BackendAudioTrack
 from transceiver.call.ssrc import SsrcLatch, offered_ssrcs
@@ -76,6 +77,7 @@ class SessionContext:
     certificate: Callable[[], RTCCertificate] | None = None
     advertise_tcp: Addr | None = None  # the relay's ICE-TCP address: a passive TCP candidate
     sctp_limits: sctp.SctpLimits = field(default_factory=sctp.SctpLimits)  # data channel bounds
+    encoder_settings: EncoderSettings = DEFAULTS  # the outbound Opus encoder's (--opus-*)
 
 
 class Session:
@@ -114,7 +116,9 @@ class Session:
             on_selected=lambda client: context.on_selected(ufrag, client),
             advertised_tcp=context.advertise_tcp,
         )
-        self.out_track = BackendAudioTrack(on_frame_out=self._audio_sent)
+        self.out_track = BackendAudioTrack(
+            on_frame_out=self._audio_sent, encoder_settings=context.encoder_settings
+        )
         self.backend: BackendSession | None = None
         self.audio_format = ""  # the backend's choice (transceiver.backend.AUDIO_FORMATS)
         self.channel: Any = None

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from common.config import ConfigError
 from common.hint import Keyring
 from rtcedge import cli as rtcedge_cli
-from rtcedge.checks import UpAddresses, UpBackend
+from rtcedge.checks import UpAddresses, UpAdmission, UpBackend
 from rtcedge.up import transceiver_process
 from testbed.processes import RelayProcess
 from transceiver import codec_options
@@ -165,6 +165,6 @@ def test_up_passes_every_setting_on_to_its_transceiver(nothing_starts, monkeypat
     # ...which become the transceiver's arguments, after the backend's.
     relay = RelayProcess({}, workers=1)  # (never started: only the arguments are read)
     where = UpAddresses(("127.0.0.1", 8080), ("127.0.0.1", 3478), "127.0.0.1", "", "127.0.0.1")
-    trx = transceiver_process(where, relay, UpBackend(), None, None, SET)
+    trx = transceiver_process(where, relay, UpBackend(), None, None, UpAdmission(), SET)
     assert trx.extra_args[-len(NON_DEFAULT) :] == NON_DEFAULT
     assert trx.command()[-len(NON_DEFAULT) :] == NON_DEFAULT

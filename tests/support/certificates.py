@@ -1,17 +1,41 @@
-"""A private CA and a server certificate for 127.0.0.1 that it signs, made for a test with the
-``cryptography`` package: what a TLS client given the CA file trusts, and one without it does
-not (rediss:// to redis-server, wss:// to a backend)."""
+"""Certificates made for a test with the ``cryptography`` package: a private CA and a server
+certificate for 127.0.0.1 that it signs (what a TLS client given the CA file trusts, and one
+without it does not: rediss:// to redis-server, wss:// to a backend), and a self-signed one."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+
+def self_signed(
+    key: Any, common_name: str, lifetime: datetime.timedelta, ip: str | None = None
+) -> x509.Certificate:
+    """A certificate of ``key`` signed by itself (a CA too), valid from a few minutes ago for
+    ``lifetime``; for ``ip`` when given."""
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    )
+    if ip is not None:
+        san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))])
+        builder = builder.add_extension(san, critical=False)
+    return builder.sign(key, hashes.SHA256())
 
 
 def certificates(tmp_path: Path) -> dict[str, Path]:

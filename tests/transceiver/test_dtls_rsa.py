@@ -18,12 +18,10 @@ import struct
 
 import pytest
 from aiortc.rtcdtlstransport import SRTP_PROFILES, RTCCertificate
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 from OpenSSL import SSL
 
+from tests.support.certificates import self_signed
 from transceiver.call.seam import SharedCertificate
 from transceiver.call.seam.peer import DTLS_CIPHERS
 
@@ -36,18 +34,7 @@ MAX_FLIGHTS = 20  # a DTLS 1.2 handshake takes 4; the bound only stops a loop th
 def rsa_peer_context(bits: int = 2048) -> SSL.Context:
     """An OpenSSL DTLS context as GStreamer's webrtcbin makes its own (module docstring)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "webrtcbin")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
+    cert = self_signed(key, "webrtcbin", datetime.timedelta(days=30))
     context = SSL.Context(SSL.DTLS_METHOD)
     context.use_certificate(cert)
     context.use_privatekey(key)

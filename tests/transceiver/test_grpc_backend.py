@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import ipaddress
 import json
 import secrets
 import time
@@ -25,6 +24,7 @@ pytest.importorskip("grpc", reason="the grpc extra: pip install -e '.[grpc]'")
 import grpc
 import grpc.aio
 
+from tests.support.certificates import self_signed
 from tests.support.waits import run, wait_until
 from transceiver.backend import BackendError, OpusFrame, SessionInfo, frame_bytes
 from transceiver.backends import create_backend
@@ -627,31 +627,13 @@ def test_a_connection_that_stops_answering_keepalives_ends_the_call():
     run(go(), 30)
 
 
-def self_signed(tmp_path: Path) -> tuple[bytes, bytes, Path]:
+def self_signed_files(tmp_path: Path) -> tuple[bytes, bytes, Path]:
     """A key and a certificate for 127.0.0.1 (PEM), and the certificate as a CA file."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "backend")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    cert = self_signed(key, "backend", datetime.timedelta(hours=1), ip="127.0.0.1")
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -664,7 +646,7 @@ def self_signed(tmp_path: Path) -> tuple[bytes, bytes, Path]:
 
 
 def test_tls_with_a_ca_file_and_a_bearer(tmp_path):
-    key_pem, cert_pem, ca = self_signed(tmp_path)
+    key_pem, cert_pem, ca = self_signed_files(tmp_path)
 
     async def go() -> None:
         async with backend_server(accepts, tls=(key_pem, cert_pem)) as (url, peers):

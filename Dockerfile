@@ -1,8 +1,8 @@
-# syntax=docker/dockerfile:1
 # rtcedge: one image for both services; the command chooses what runs:
 #   docker run ... IMAGE relay serve --listen 0.0.0.0:3478 --internal 10.0.0.5:4000 ...
 #   docker run ... IMAGE transceiver serve --id 0 --advertise 203.0.113.5:3478 ...
-# Build where a container engine runs (BuildKit, Docker >= 23 or buildah/podman):
+# Build where a container engine runs (BuildKit: Docker >= 23, Docker 20.10 with DOCKER_BUILDKIT=1,
+# buildah/podman). No `# syntax=` line: BuildKit's built-in frontend, nothing fetched but the base.
 #   docker build -t rtcedge:0.1.0 --build-arg VERSION=0.1.0 \
 #       --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)" .
 # Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it in CI). See docs/deploy.md.

@@ -33,6 +33,7 @@ from testbed.ports import free_port
 from testbed.processes import metric_value
 from tests.deploy.doc_examples import Example, example, run_shell
 from tests.deploy.render import ROOT
+from tests.deploy.test_live_services import healthcheck_command
 
 # A label on every container this file starts, so that it removes exactly those.
 LABEL = "io.rtcedge.test"
@@ -222,6 +223,14 @@ def test_both_services_and_keygen_run_from_the_image_as_uid_10001(docker, image)
     assert Keyring.from_json(keyring.stdout).signing_key_id == 0
 
 
+def service_of(docker: str, container_id: str) -> str:
+    """What a container runs: the first word of its command (relay, transceiver)."""
+    return subprocess.run(
+        [docker, "container", "inspect", "--format", "{{index .Config.Cmd 0}}", container_id],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
 def loopback_address() -> str:
     """A 127/8 address other than 127.0.0.1, with the one-host example's ports free on it: the
     example's ports are fixed, so this keeps it clear of anything else on loopback."""
@@ -305,6 +314,16 @@ def test_the_one_host_example_serves_a_call_through_both_containers(
         assert heard["connected"] and not heard["error"], (heard, logs())
         assert heard["remote_candidate"] == f"{address}:3478"  # media went to the relay
         assert heard["frames_with_own_tone"] >= heard["frames_expected"] // 2, heard
+
+        # The image's HEALTHCHECK, in each container: its own service's port, not the other's.
+        check = healthcheck_command()
+        services = {service_of(docker, c): c for c in containers}
+        assert sorted(services) == ["relay", "transceiver"]
+        for container_id in services.values():
+            health = subprocess.run([docker, "exec", container_id, *check], timeout=30)
+            assert health.returncode == 0, logs()
+        closed = [docker, "exec", "-e", f"RTCEDGE_METRICS={address}:1", services["relay"]]
+        assert subprocess.run([*closed, *check], timeout=30).returncode == 1
 
         _, metrics = wait_http(f"http://{address}:9478/metrics", 5)
         assert metric_value(metrics, "rtcedge_relay_packets_total", peer="transceiver") > 0

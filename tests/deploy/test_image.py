@@ -137,15 +137,16 @@ def registry(docker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             }
         )
     )
-    proc = subprocess.Popen(
-        [shutil.which("docker-registry") or "docker-registry", "serve", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=parent_death_preexec(),
-    )
+    with (root / "registry.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [shutil.which("docker-registry") or "docker-registry", "serve", str(config)],
+            stdout=log,
+            stderr=log,
+            preexec_fn=parent_death_preexec(),
+        )
     try:
         status, body = wait_http(f"http://{address}/v2/", 20)
-        assert status == 200, f"registry: {status} {body}"
+        assert status == 200, f"registry: {status} {body} {(root / 'registry.log').read_text()}"
         yield address
     finally:
         proc.terminate()
@@ -167,7 +168,7 @@ def image(docker: str, registry: str, shell_env: dict[str, str]) -> Iterator[str
         command = command.replace("registry.example/", f"{registry}/")
         command = command.replace("docker build ", "docker build --network host ")
         started = time.monotonic()
-        result = run_shell(command, cwd=ROOT, env=shell_env, timeout_s=900)
+        result = run_shell(command, cwd=ROOT, env=shell_env, timeout_s=420)
         assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}{result.stderr[-5000:]}"
         timings[command.split()[1]] = time.monotonic() - started
     size = subprocess.run(
@@ -331,6 +332,7 @@ def test_the_one_host_example_serves_a_call_through_both_containers(
             metrics, "rtcedge_relay_dropped_packets_total", reason="denied_address"
         )
         assert denied == 0
+        assert "--relay-network is not set" not in logs()  # the transceiver trusts the relay only
     finally:
         if started := labelled():  # also those of a shell that timed out half-way
             subprocess.run([docker, "rm", "-f", *started], capture_output=True, timeout=60)

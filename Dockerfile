@@ -1,8 +1,8 @@
-# syntax=docker/dockerfile:1
 # rtcedge: one image for both services; the command chooses what runs:
 #   docker run ... IMAGE relay serve --listen 0.0.0.0:3478 --internal 10.0.0.5:4000 ...
 #   docker run ... IMAGE transceiver serve --id 0 --advertise 203.0.113.5:3478 ...
-# Build where a container engine runs (BuildKit, Docker >= 23 or buildah/podman):
+# Build where a container engine runs (BuildKit: Docker >= 23, Docker 20.10 with DOCKER_BUILDKIT=1,
+# buildah/podman). No `# syntax=` line: BuildKit's built-in frontend, nothing fetched but the base.
 #   docker build -t rtcedge:0.1.0 --build-arg VERSION=0.1.0 \
 #       --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)" .
 # Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it in CI). See docs/deploy.md.
@@ -57,11 +57,13 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin rtcedge
 
-# One check for both services: /healthz of whichever HTTP port answers (the transceiver's
-# RTCEDGE_HTTP or the relay's RTCEDGE_METRICS). Set ports through those variables, not flags,
-# for this check to follow them. Kubernetes ignores HEALTHCHECK and uses the chart's probes.
+# One check for both services: /healthz of the service PID 1 runs (the relay's RTCEDGE_METRICS, the
+# transceiver's RTCEDGE_HTTP; both, in that order, for another command), at the variable's address
+# (loopback for a wildcard), so that two services on one host network each check their own. Set
+# ports through those variables, not flags, for this check to follow them. Kubernetes ignores
+# HEALTHCHECK and uses the chart's probes.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import os, sys, urllib.request\nfor var in ('RTCEDGE_HTTP', 'RTCEDGE_METRICS'):\n    port = os.environ.get(var, '').rpartition(':')[2]\n    if port.isdigit():\n        try:\n            urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=3)\n            sys.exit(0)\n        except OSError:\n            pass\nsys.exit(1)"]
+    CMD ["python", "-c", "import os, sys, urllib.request\ntry:\n    argv = open('/proc/1/cmdline', 'rb').read().decode().split('\\0')[:4]\nexcept OSError:\n    argv = []\nown = {'relay': ['RTCEDGE_METRICS'], 'transceiver': ['RTCEDGE_HTTP']}\nnames = [os.path.basename(a) for a in argv if os.path.basename(a) in own]\nfor var in own[names[0]] if names else ['RTCEDGE_HTTP', 'RTCEDGE_METRICS']:\n    host, _, port = os.environ.get(var, '').rpartition(':')\n    host = host.strip('[]')\n    host = {'': '127.0.0.1', '0.0.0.0': '127.0.0.1', '::': '::1'}.get(host, host)\n    if port.isdigit():\n        try:\n            urllib.request.urlopen(f'http://[{host}]:{port}/healthz' if ':' in host else f'http://{host}:{port}/healthz', timeout=3)\n            sys.exit(0)\n        except OSError:\n            pass\nsys.exit(1)"]
 
 # relay: public UDP, metrics/health TCP; transceiver: media UDP, WHIP/health/metrics TCP.
 EXPOSE 3478/udp 9478/tcp 5000/udp 8080/tcp

@@ -61,12 +61,17 @@ def render_files(
     *,
     api_versions: tuple[str, ...] = (),
     kube_version: str = "v1.28.0",
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    is_install: bool = True,
 ) -> dict[str, str]:
-    """Template path -> rendered text, as ``helm install --dry-run`` would render it."""
+    """Template path -> rendered text, as ``helm install --dry-run`` (or ``upgrade``) would
+    render it."""
     opts = {
-        "name": RELEASE,
-        "namespace": NAMESPACE,
-        "is_install": True,
+        "name": release,
+        "namespace": namespace,
+        "is_install": is_install,
+        "is_upgrade": not is_install,
         "kube_version": kube_version,
         "api_versions": list(api_versions),
     }
@@ -180,3 +185,18 @@ def transceiver_config(objects: list[dict[str, Any]], monkeypatch: Any) -> Any:
         args = ["--id", "1", *args]
     serve = transceiver_cli.main.commands["serve"]
     return transceiver_cli.build_config(serve.make_context("serve", list(args)).params)
+
+
+def pod_config(objects: list[dict[str, Any]], monkeypatch: Any, files: dict[str, str], root: Path):
+    """The TransceiverConfig of transceiver pod 1 with its mounted files (mount path -> content)
+    written under ``root`` and the arguments pointed there: what reads a file at start (a
+    backend's key) reads it."""
+    trx = workload(objects, "transceiver")
+    args = expand(container(trx)["args"], resolve_env(trx, "10.9.9.9", monkeypatch))
+    for path, content in files.items():
+        local = root / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(content)
+        args = [arg.replace(f"={path}", f"={local}") for arg in args]
+    serve = transceiver_cli.main.commands["serve"]
+    return transceiver_cli.build_config(serve.make_context("serve", ["--id", "1", *args]).params)

@@ -19,13 +19,11 @@ from tests.deploy.render import (
     PUBLIC,
     ROOT,
     container,
-    expand,
     merge,
+    pod_config,
     render,
-    resolve_env,
     workload,
 )
-from transceiver import cli as transceiver_cli
 
 URL = "wss://inference.ai.svc.cluster.local:8765/call"
 KEY = "sk-from-the-secret-" + "k" * 16
@@ -43,20 +41,6 @@ def volumes(pod: dict) -> dict[str, dict]:
 
 def mounts(pod: dict) -> dict[str, str]:
     return {m["name"]: m["mountPath"] for m in container(pod)["volumeMounts"]}
-
-
-def pod_config(objects: list[dict], monkeypatch, files: dict[str, str], tmp_path):
-    """The transceiver config pod 1 makes, its mounted files (mount path -> content) written
-    under ``tmp_path`` and the arguments pointed there."""
-    trx = workload(objects, "transceiver")
-    args = expand(container(trx)["args"], resolve_env(trx, "10.9.9.9", monkeypatch))
-    for path, content in files.items():
-        local = tmp_path / path.lstrip("/")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_text(content)
-        args = [arg.replace(f"={path}", f"={local}") for arg in args]
-    serve = transceiver_cli.main.commands["serve"]
-    return transceiver_cli.build_config(serve.make_context("serve", ["--id", "1", *args]).params)
 
 
 def test_the_key_is_a_file_of_the_mounted_secret(monkeypatch, tmp_path):

@@ -177,3 +177,9 @@ def test_wheel_built_from_the_context_carries_every_module_and_the_page(tmp_path
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("relay", "transceiver", "rtcedge"):  # what the chart and CMD run
         assert re.search(rf"^{command} = ", scripts, re.M), command
+
+
+def test_no_syntax_directive_so_buildkit_fetches_no_frontend():
+    """``# syntax=`` makes BuildKit pull a frontend image before anything else: a build where no
+    registry is reachable (CI's, .ci/image) would fail on the first line."""
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE.read_text(), re.M | re.I)

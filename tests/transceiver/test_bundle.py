@@ -4,7 +4,8 @@ Real aiortc peer connections make the offers (both bundle policies, the camera a
 last) and answer what the call gives aiortc, as ``Session.answer`` does; nothing is connected.
 The answer must put every bundled section on one transport (the same ICE credentials, DTLS
 fingerprint and setup, port and candidates), answer the camera inactive, reject what is not
-bundled, and be accepted by the aiortc client that offered.
+bundled, and be accepted by the aiortc client that offered. An offer without BUNDLE (webrtcbin's
+stock offer, as it made it) is answered on its audio m-line's transport, the rest rejected.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tests.support.waits import run
 from tests.transceiver.test_media_kinds import SmallVideo
 from tests.transceiver.test_offer import APPLICATION, FINGERPRINT, SESSION, audio, sdp
 from transceiver.call.bundle import BundledOffer, Section, payload_types, split
+from transceiver.signaling.offer import check_offer
 
 POLICIES = {"balanced": RTCBundlePolicy.BALANCED, "max_bundle": RTCBundlePolicy.MAX_BUNDLE}
 # What BUNDLE makes one for the group, and must therefore read the same in every section.
@@ -166,6 +168,81 @@ def test_what_the_bundle_leaves_out_is_rejected():
             assert section.value("a=ice-ufrag:") == sections[0].value("a=ice-ufrag:")
 
     run(go(), timeout_s=30)
+
+
+# GStreamer webrtcbin 1.22's stock offer (bundle-policy none), as it made it: no BUNDLE group,
+# ICE credentials of its own in each m-line (and a=bundle-only on the data channel anyway).
+WEBRTCBIN_FINGERPRINT = "a=fingerprint:sha-256 " + ":".join(["77"] * 32)
+WEBRTCBIN_NONE = [
+    ["v=0", "o=- 6115103204220078349 0 IN IP4 0.0.0.0", "s=-", "t=0 0", "a=ice-options:trickle"],
+    [
+        "m=audio 9 UDP/TLS/RTP/SAVPF 111",
+        "c=IN IP4 0.0.0.0",
+        "a=setup:actpass",
+        "a=ice-ufrag:C3KqKHtpBnAHvznKd78+hpCB/IdKvm0V",
+        "a=ice-pwd:/XZUFx95pvRBd/gLfz0x3XEX7jPhsuKb",
+        "a=rtcp-mux",
+        "a=rtcp-rsize",
+        "a=sendrecv",
+        "a=rtpmap:111 OPUS/48000/2",
+        "a=rtcp-fb:111 transport-cc",
+        "a=fmtp:111 sprop-stereo=0;sprop-maxcapturerate=48000",
+        "a=ssrc:3516409925 cname:user3901323333@host-c0c6a341",
+        "a=mid:audio0",
+        WEBRTCBIN_FINGERPRINT,
+        "a=rtcp-mux-only",
+    ],
+    [
+        "m=application 9 UDP/DTLS/SCTP webrtc-datachannel",
+        "c=IN IP4 0.0.0.0",
+        "a=setup:actpass",
+        "a=ice-ufrag:hFRH1cmZUE2cFTcPiPfPfb7ZnOHNEFUU",
+        "a=ice-pwd:MGsZLowaZyYl1VzenSRmebfZ3W8GnEl9",
+        "a=bundle-only",
+        "a=mid:application1",
+        "a=sctp-port:5000",
+        WEBRTCBIN_FINGERPRINT,
+    ],
+]
+UNBUNDLED_CAMERA = [
+    *(line for line in CAMERA if not line.startswith(("a=ice-", "a=setup:"))),
+    "a=ice-ufrag:camera",
+    "a=ice-pwd:camerapassword0123456789",
+    "a=setup:actpass",
+]
+
+
+def test_an_offer_without_bundle_is_answered_on_its_audio_m_line_alone():
+    """bundle-policy none: the call takes the audio m-line's transport; the data channel and a
+    camera, each offered on a transport of its own, are rejected (port 0, RFC 8829 5.3.1)."""
+
+    async def go() -> None:
+        offer = sdp(*WEBRTCBIN_NONE, UNBUNDLED_CAMERA)
+        assert check_offer(offer) == offer, "the offer check accepts it (it has no candidates)"
+        bundle = BundledOffer.read(offer)
+        assert bundle.unbundled and bundle.tag.mid == "audio0"
+        peer_session, peer = split(bundle.peer_offer())
+        assert [s.kind for s in peer] == ["audio"], "aiortc gets the audio m-line alone"
+        assert peer[0].value("a=ice-ufrag:") == "C3KqKHtpBnAHvznKd78+hpCB/IdKvm0V", "its own"
+        assert not any(line.startswith("a=group:") for line in peer_session)
+        answer = bundle.answer(await aiortc_answer(bundle.peer_offer()))
+        assert "a=group:" not in answer, "nothing bundled: aiortc's own group line is dropped"
+        audio, channel, camera = split(answer)[1]
+        assert [s.mid for s in (audio, channel, camera)] == ["audio0", "application1", "2"]
+        assert audio.port != "0" and audio.starting(("a=candidate:",)), "the call's transport"
+        assert "a=sendrecv" in audio.lines and "a=setup:active" in audio.lines
+        assert channel.lines[0] == "m=application 0 UDP/DTLS/SCTP webrtc-datachannel"
+        assert camera.lines[0] == "m=video 0 UDP/TLS/RTP/SAVPF 98"
+        for rejected in (channel, camera):
+            assert not rejected.starting(("a=candidate:", "a=sctp-port:")), "no address"
+            assert rejected.value("a=ice-ufrag:") == audio.value("a=ice-ufrag:")
+
+    run(go(), timeout_s=30)
+
+
+def test_an_offer_without_bundle_or_audio_is_an_error():
+    with pytest.raises(ValueError, match="no audio"):
+        BundledOffer.read(sdp(WEBRTCBIN_NONE[0], WEBRTCBIN_NONE[2]))
 
 
 def test_an_answer_that_does_not_answer_the_peer_offer_is_an_error():

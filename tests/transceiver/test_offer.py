@@ -136,16 +136,46 @@ REFUSED = {
         sdp(SESSION, audio(codecs=("111 opus/16000/2", "0 PCMU/8000")), APPLICATION),
         "opus must be offered as opus/48000/2",
     ),
-    "no BUNDLE": (sdp(SESSION[:-1], audio(), APPLICATION), "BUNDLE is required"),
     "audio outside the BUNDLE": (
         sdp([*SESSION[:-1], "a=group:BUNDLE 1"], audio(), APPLICATION),
-        "BUNDLE is required",
+        "the audio m-line must be in the BUNDLE group",
     ),
-    "BUNDLE leaves one out": (
-        sdp([*SESSION[:-1], "a=group:BUNDLE 0"], audio(), APPLICATION),
-        "BUNDLE is required",
+    "no BUNDLE, audio without ICE": (
+        sdp(SESSION[:-1], without(audio(), "a=ice-pwd"), APPLICATION),
+        "m-line 0 lacks ice-ufrag/ice-pwd",
+    ),
+    "no BUNDLE, audio without a fingerprint": (
+        sdp(SESSION[:-1], without(audio(), "a=fingerprint"), APPLICATION),
+        "m-line 0 lacks a DTLS fingerprint",
+    ),
+    "no BUNDLE, two audio": (
+        sdp(SESSION[:-1], audio(), audio("2")),
+        "the offer has more than one audio m-line",
     ),
 }
+
+# bundle-policy none (GStreamer webrtcbin's stock offer): no group, each m-line its own ICE.
+OWN_ICE = ["a=ice-ufrag:efgh", "a=ice-pwd:abcdefghijkl0123456789"]
+
+
+def own_transport(section: list[str]) -> list[str]:
+    return [*without(section, "a=ice-"), *OWN_ICE]
+
+
+def test_an_offer_without_bundle_is_accepted_on_the_audio_m_line_alone():
+    """Answered on the audio m-line's transport, every other m-line rejected
+    (transceiver.call.bundle): only the audio m-line needs ICE credentials and a fingerprint."""
+    unbundled = sdp(SESSION[:-1], audio(), own_transport(APPLICATION), own_transport(VIDEO))
+    assert "a=group" not in accepted(unbundled)
+    bare = without(APPLICATION, "a=ice-", "a=fingerprint")
+    assert "m=application" in accepted(sdp(SESSION[:-1], audio(), bare))
+    assert "m=audio" in accepted(sdp([*SESSION[:-1], "a=group:BUNDLE"], audio(), bare)), "empty"
+
+
+def test_a_data_channel_left_out_of_the_bundle_is_accepted_to_be_rejected():
+    """As video outside the group: its own transport, which the call does not serve."""
+    bare = without(APPLICATION, "a=ice-", "a=fingerprint")
+    assert "m=application" in accepted(sdp([*SESSION[:-1], "a=group:BUNDLE 0"], audio(), bare))
 
 
 @pytest.mark.parametrize("case", REFUSED)

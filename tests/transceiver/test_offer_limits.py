@@ -120,3 +120,18 @@ def test_pathological_offers_through_whip_are_refused_named_and_counted():
                 assert r.status == 200
 
     run(go())
+
+
+def without_bundle(offer: str) -> str:
+    """``offer`` with no BUNDLE group: what bundle-policy none (GStreamer webrtcbin's stock
+    offer) sends, answered on its audio m-line alone (transceiver.call.bundle)."""
+    return "".join(line for line in offer.splitlines(True) if not line.startswith("a=group:"))
+
+
+def test_the_limits_hold_for_an_offer_without_bundle():
+    base = run(normal_offer())
+    assert "a=group:BUNDLE" not in accepted(without_bundle(base))
+    refused = [offer for offer in pathological_offers(base) if offer.status == 400]
+    assert refused, "the benchmark has offers refused by a line limit"
+    for offer in refused:
+        assert refusal(without_bundle(offer.body)).reason == offer.label, offer.name

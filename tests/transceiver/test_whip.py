@@ -51,7 +51,10 @@ def test_bad_requests_get_precise_statuses():
         async with running(cfg) as (server, url):
             offer = await make_offer()
             no_audio = await make_offer(audio=False)
-            no_bundle = "\r\n".join(x for x in offer.split("\r\n") if not x.startswith("a=group:"))
+            # An offer without BUNDLE is answered (on its audio m-line: test_bundle.py); one
+            # whose group leaves its audio out is not.
+            mids = re.search(r"a=group:BUNDLE (.*)\r\n", offer).group(1).split()
+            audio_out = offer.replace(" ".join(mids), mids[-1])
             pcmu_only = re.sub(r"m=audio (\d+) (\S+) [\d ]+", r"m=audio \1 \2 0", offer)
             pcmu_only = "\r\n".join(
                 x
@@ -64,7 +67,7 @@ def test_bad_requests_get_precise_statuses():
                 ("hello", SDP, 400, "malformed SDP"),
                 (b"v=0\xff\xfe", SDP, 400, "UTF-8"),
                 (no_audio, SDP, 400, "no audio m-line"),
-                (no_bundle, SDP, 400, "BUNDLE"),
+                (audio_out, SDP, 400, "the audio m-line must be in the BUNDLE group"),
                 (pcmu_only, SDP, 400, "opus is required"),
             ]
             for body, headers, status, reason in cases:

@@ -2,6 +2,13 @@
 transport, every other m-line answered here, without aiortc: inactive on that transport when
 the offer bundles it, rejected (port 0) when it does not.
 
+An offer without a BUNDLE group (GStreamer webrtcbin's stock offer, bundle-policy ``none``: an
+ICE ufrag and password of its own in every m-line) is answered on one transport too: its audio
+m-line's. Every other m-line, the data channel included, is rejected (port 0, RFC 8829 5.3.1):
+the call is audio-only. One transport per call because the relay routes a flow by the one
+ufrag the call's hint is (a second would need its own hint, ICE agent and DTLS handshake: twice
+the set-up cost of a call, for a data channel).
+
 Why not let aiortc answer them: aiortc answers only what it can negotiate. A video m-line whose
 codecs it does not know (VP9 or AV1 only, as an app that sets its codec preferences offers)
 made ``setRemoteDescription`` raise, a 500; an m-line the offer left out of its BUNDLE group
@@ -33,7 +40,7 @@ by its payload type before SRTP (``transceiver.call.inbound.direct_rtp``, counte
 ``not_audio``).
 
 Sans-I/O: SDP text in, SDP text out. The offer was checked before
-(``transceiver.signaling.offer``: one audio m-line, bundled, as is the data channel).
+(``transceiver.signaling.offer``: one audio m-line, in the BUNDLE group when there is one).
 """
 
 from __future__ import annotations
@@ -168,10 +175,15 @@ class BundledOffer:
 
     @classmethod
     def read(cls, offer: str) -> BundledOffer:
-        """Raises ValueError when the offer's audio m-line is not in its BUNDLE group (which
-        ``transceiver.signaling.offer`` refuses before)."""
+        """Raises ValueError when the offer's audio m-line is not in its BUNDLE group, or it
+        has none (which ``transceiver.signaling.offer`` refuses before)."""
         session, sections = split(offer)
         group = bundle_group(session)
+        if not group:  # no BUNDLE: aiortc gets the first audio m-line alone (``unbundled``)
+            audio = next((i for i, s in enumerate(sections) if s.kind == "audio"), None)
+            if audio is None:
+                raise ValueError("the offer has no audio m-line")
+            return cls(session, tuple(sections), group, (audio,))
         peer: list[int] = []
         for kind in PEER_KINDS:
             index = next(
@@ -184,9 +196,18 @@ class BundledOffer:
         return cls(session, tuple(sections), group, tuple(sorted(peer)))
 
     @property
+    def unbundled(self) -> bool:
+        """The offer has no BUNDLE group: each m-line would be a transport of its own; the call
+        takes its audio m-line's and rejects the others."""
+        return not self.group
+
+    @property
     def tag(self) -> Section:
-        """The section the offerer tagged: the first of its BUNDLE group that the call answers
+        """The section whose transport the call takes: without BUNDLE, the audio m-line;
+        else the one the offerer tagged, the first of its BUNDLE group that the call answers
         on the transport (one it rejects cannot carry the group's, RFC 8843 7.3.3)."""
+        if self.unbundled:
+            return self.sections[self.peer[0]]
         by_mid = {s.mid: s for s in self.sections if s.kind in (*PEER_KINDS, *RTP_KINDS)}
         return next(by_mid[mid] for mid in self.group if mid in by_mid)
 

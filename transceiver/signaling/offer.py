@@ -145,25 +145,27 @@ def check_offer(text: str, limits: OfferLimits = OfferLimits()) -> str | Refuse:
 
 
 def _missing(parsed: sdp.SessionDescription) -> str | None:
-    """What a parsed offer lacks, the first of: one audio m-line, unique mids, ICE credentials
-    and a DTLS fingerprint on every audio, video and data m-line of the BUNDLE group, opus (at
-    48 kHz), one BUNDLE group of the audio and data channel m-lines.
+    """What a parsed offer lacks, the first of: one audio m-line, unique mids, the audio
+    m-line in the BUNDLE group when there is one, ICE credentials and a DTLS fingerprint on
+    every audio, video and data m-line of the call's transport, opus (at 48 kHz).
 
-    Other m-lines (video outside the group, a kind we do not carry) are not refused: the call
-    answers them without aiortc, inactive in the group or rejected (``transceiver.call.bundle``).
+    The call's transport is the BUNDLE group's, or, in an offer without one (GStreamer
+    webrtcbin's stock offer), the audio m-line's. Other m-lines (video or a data channel off
+    that transport, a kind we do not carry) are not refused: the call answers them without
+    aiortc, inactive in the group or rejected (``transceiver.call.bundle``).
     """
     audio = [m for m in parsed.media if m.kind == "audio"]
     if not audio:
         return "the offer has no audio m-line"
     if len(audio) > 1:
         return "the offer has more than one audio m-line"
-    bundle = next((g for g in parsed.group if g.semantic == "BUNDLE"), None)
+    bundle = next((g for g in parsed.group if g.semantic == "BUNDLE" and g.items), None)
     grouped = set(bundle.items) if bundle is not None else set()
     return (
         _duplicate_mid(parsed)
-        or _carried_lacks(parsed, grouped)
+        or _audio_outside(audio[0], grouped)
+        or _carried_lacks(parsed, audio[0], grouped)
         or _audio_lacks(audio[0])
-        or _unbundled(parsed, grouped)
     )
 
 
@@ -173,18 +175,24 @@ def _duplicate_mid(parsed: sdp.SessionDescription) -> str | None:
     return None if duplicate is None else f"the offer has two m-lines with a=mid:{duplicate}"
 
 
-def _carried_lacks(parsed: sdp.SessionDescription, grouped: set[str]) -> str | None:
-    """What the first m-line the call's transport carries lacks (``_section_lacks``)."""
-    carried = (m for m in parsed.media if m.kind in CARRIED_KINDS and m.rtp.muxId in grouped)
-    return next(filter(None, map(_section_lacks, carried)), None)
-
-
-def _unbundled(parsed: sdp.SessionDescription, grouped: set[str]) -> str | None:
-    """The audio and data channel m-lines must be in the BUNDLE group (one transport)."""
-    on_transport = {m.rtp.muxId for m in parsed.media if m.kind in ("audio", "application")}
-    if on_transport <= grouped:
+def _audio_outside(audio: sdp.MediaDescription, grouped: set[str]) -> str | None:
+    """A BUNDLE group is the call's one transport: the audio m-line must be in it (an offer
+    without one is answered on the audio m-line's own transport)."""
+    if not grouped or audio.rtp.muxId in grouped:
         return None
-    return "BUNDLE is required: group the audio and data channel m-lines (a=group:BUNDLE ...)"
+    return "the audio m-line must be in the BUNDLE group (a=group:BUNDLE ...), or offer none"
+
+
+def _carried_lacks(
+    parsed: sdp.SessionDescription, audio: sdp.MediaDescription, grouped: set[str]
+) -> str | None:
+    """What the first m-line the call's transport carries lacks (``_section_lacks``)."""
+    carried = (
+        (m for m in parsed.media if m.kind in CARRIED_KINDS and m.rtp.muxId in grouped)
+        if grouped
+        else iter((audio,))
+    )
+    return next(filter(None, map(_section_lacks, carried)), None)
 
 
 def _audio_lacks(audio: sdp.MediaDescription) -> str | None:

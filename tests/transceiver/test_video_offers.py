@@ -34,6 +34,7 @@ WARM_UP_S = 2.0  # of it, before the memory is first read (sessions, SRTP, buffe
 # queue of decoded 320x240 frames at 15 fps would take 115 KB a frame, ~28 MB in that time.
 MAX_GROWTH_BYTES = 6 * 1024 * 1024
 DROPPED = "rtcedge_transceiver_dropped_datagrams_total"
+DTLS_CONNECTED = "rtcedge_transceiver_dtls_connected_seconds_count"
 SHARED = ("a=ice-ufrag:", "a=ice-pwd:", "a=fingerprint:", "a=setup:", "a=candidate:")
 
 
@@ -75,6 +76,61 @@ def test_an_audio_video_offer_connects_audio_only_through_the_relay(stack, polic
             assert "a=inactive" in sections(answer)["video"]
             assert await echo.wait(0.0, 25, 10), "the tone came back"
             assert await video_sent(pc) == 0, "an inactive camera sends nothing"
+        finally:
+            await pc.close()
+
+    run(go(), timeout_s=60)
+
+
+def without_bundle(offer: str) -> str:
+    """``offer`` without its BUNDLE group. aiortc has no bundle-policy none, but its balanced
+    policy already runs a transport of its own (a port, a DTLS session) for each kind and the
+    data channel: without the group line, that is what none offers (aiortc gives them all one
+    ICE ufrag and password; webrtcbin's, each its own: test_webrtcbin.py)."""
+    return "".join(line for line in offer.splitlines(True) if not line.startswith("a=group:"))
+
+
+async def audio_connected(pc: RTCPeerConnection) -> bool:
+    """The audio m-line's transport connected (ICE and DTLS), within CONNECT_BOUND_S. Not
+    ``pc.connectionState``: aiortc ignores port 0, so the rejected m-lines' transports wait
+    for remote candidates the answer does not give them (none may), and it stays
+    "connecting"."""
+    dtls = next(t for t in pc.getTransceivers() if t.kind == "audio").receiver.transport
+    return await wait_until(
+        lambda: dtls.state == "connected" and dtls.transport.state == "completed",
+        CONNECT_BOUND_S,
+    )
+
+
+def test_an_offer_without_bundle_connects_audio_only_through_the_relay(stack):
+    """Three transports offered (audio, camera, data channel), no group: answered on the
+    audio's, the camera and the data channel rejected (port 0), the tone echoed."""
+    relay, trx = stack
+
+    async def go() -> None:
+        dtls_before = trx.metric(DTLS_CONNECTED)
+        offered: list[str] = []
+
+        def unbundled(offer: str) -> str:
+            offered.append(without_bundle(offer))
+            return offered[0]
+
+        pc, echo, answer = await call(trx.url, RTCBundlePolicy.BALANCED, offer_as=unbundled)
+        try:
+            assert "a=group:" not in offered[0]
+            ports = {part.port for part in split(offered[0])[1]}
+            assert len(ports) == 3, "three transports offered, each on a port of its own"
+            assert await audio_connected(pc), f"still {pc.connectionState}"
+            assert "a=group:" not in answer
+            audio, video, channel = split(answer)[1]
+            assert (audio.kind, video.kind, channel.kind) == ("audio", "video", "application")
+            candidate = audio.value("a=candidate:") or ""
+            assert f" {relay.address[0]} {relay.address[1]} typ host" in candidate
+            assert "a=sendrecv" in audio.lines
+            assert video.port == channel.port == "0", "rejected, each"
+            assert await echo.wait(0.0, 25, 10), "the tone came back"
+            assert await video_sent(pc) == 0, "a rejected camera sends nothing"
+            assert trx.metric(DTLS_CONNECTED) == dtls_before + 1, "the transceiver's DTLS too"
         finally:
             await pc.close()
 

@@ -4,12 +4,19 @@ A stack we did not write, with what sets it apart: libnice for ICE, OpenSSL for 
 RSA-2048 certificate of its own, and its stock offer (``a=setup:actpass``), so our answer makes
 it the DTLS *server* (``a=setup:active``): before the transceiver offered ECDHE-RSA suites, every
 such call failed its handshake with OpenSSL's "no shared cipher" (issue 25,
-``transceiver.call.seam.peer.DTLS_CIPHERS``). ``webrtcbin_harness`` runs ``rtcedge up`` and the
-caller (``webrtcbin_peer``, under Debian's /usr/bin/python3) in a fresh loopback-only network
-namespace, as ``test_browser`` does for Chromium. Needs root (``unshare --net``) and Debian's
-gstreamer1.0-plugins-bad, gstreamer1.0-nice, gstreamer1.0-plugins-good, python3-gi,
-gir1.2-gst-plugins-bad-1.0 and gir1.2-nice-0.1, which ``.ci/run`` installs; anything missing
-fails the test instead of skipping it.
+``transceiver.call.seam.peer.DTLS_CIPHERS``). Two calls: its stock bundle policy, ``none``
+(no ``a=group:BUNDLE``, ICE credentials of its own in each m-line), which the transceiver answers
+on the audio m-line's transport alone, rejecting the data channel's m-line (port 0: the call
+is audio-only, ``transceiver.call.bundle``); and ``max-bundle``, where the data channel comes
+too. With ``none`` webrtcbin 1.22's own connection-state stays "connecting" (it counts the
+rejected m-line's transport, left "new"), so its caller takes ICE connected and the audio
+transport's DTLS connected as connected (``webrtcbin_peer.Call.watch_audio_transport``).
+``webrtcbin_harness`` runs ``rtcedge up`` and the caller (``webrtcbin_peer``, under Debian's
+/usr/bin/python3) in a fresh loopback-only network namespace, as ``test_browser`` does for
+Chromium. Needs root (``unshare --net``) and Debian's gstreamer1.0-plugins-bad,
+gstreamer1.0-nice, gstreamer1.0-plugins-good, python3-gi, gir1.2-gst-plugins-bad-1.0 and
+gir1.2-nice-0.1, which ``.ci/run`` installs; anything missing fails the test instead of
+skipping it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from tests.transceiver.test_browser import (
     describe,
 )
 from tests.transceiver.webrtcbin_harness import PEER, SYSTEM_PYTHON
+from transceiver.call import bundle
+from transceiver.call.bundle import Section
 from transceiver.signaling.tokens import mint
 
 TONE_HZ = 660.0  # not audiotestsrc's default (440): the echo must be the tone we asked for
@@ -69,10 +78,11 @@ def prerequisites() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def call(tmp_path_factory) -> dict:
-    """One webrtcbin echo call through ``rtcedge up`` in a loopback-only namespace: the
-    harness's report (JSON), with the decoded echo's samples as ``echo`` (int16)."""
+@pytest.fixture(scope="module", params=["none", "max-bundle"])
+def call(request, tmp_path_factory) -> dict:
+    """One webrtcbin echo call through ``rtcedge up`` in a loopback-only namespace, webrtcbin's
+    bundle-policy the param: the harness's report (JSON), with the decoded echo's samples as
+    ``echo`` (int16) and the policy as ``bundle_policy``."""
     problem = prerequisites()
     if problem is not None:
         return {"setup_error": problem}
@@ -86,8 +96,10 @@ def call(tmp_path_factory) -> dict:
         f" --host {LOOPBACK.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
         f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)}"
         f" --token-file {token_file} --pcm-out {pcm} --tone-hz {TONE_HZ}"
+        f" --peer-bundle-policy {request.param}"
     )
     report = run_in_namespace(command)
+    report["bundle_policy"] = request.param
     if "setup_error" not in report:
         report["echo"] = np.fromfile(pcm, "<i2") if pcm.exists() else np.zeros(0, "<i2")
     return report
@@ -133,6 +145,14 @@ def sdp_setup(sdp: str) -> set[str]:
     return {line[len("a=setup:") :].strip() for line in sdp.splitlines() if "a=setup:" in line}
 
 
+def unbundled(call: dict) -> bool:
+    return call.get("bundle_policy") == "none"
+
+
+def sections(sdp: str) -> list[Section]:
+    return bundle.split(sdp)[1]
+
+
 def test_webrtcbin_connects_with_its_stock_offer(call: dict) -> None:
     peer = peer_of(call)
     assert call["error"] is None, shown(call)
@@ -142,6 +162,33 @@ def test_webrtcbin_connects_with_its_stock_offer(call: dict) -> None:
     # Its stock offer leaves the DTLS role to us; we answer active: webrtcbin is the server.
     assert sdp_setup(peer["offer"]) == {"actpass"}, peer["offer"]
     assert sdp_setup(peer["answer"]) == {"active"}, peer["answer"]
+
+
+def test_without_bundle_the_audio_gets_the_one_transport_and_the_rest_port_0(call: dict) -> None:
+    """bundle-policy none: each m-line offered with ICE credentials of its own, no group;
+    answered on the audio m-line's transport, the data channel rejected (port 0). max-bundle:
+    one group, every section on its transport."""
+    peer = peer_of(call)
+    offered, answered = sections(peer["offer"]), sections(peer["answer"])
+    assert [s.kind for s in offered] == [s.kind for s in answered] == ["audio", "application"]
+    audio, channel = answered
+    assert audio.port == str(RELAY_PORT), "the audio m-line is on the relay's address"
+    assert f" {LOOPBACK.host} {RELAY_PORT} typ host" in (audio.value("a=candidate:") or "")
+    if unbundled(call):
+        assert "a=group:BUNDLE" not in peer["offer"], "webrtcbin's stock offer has no group"
+        ufrags = {s.value("a=ice-ufrag:") for s in offered}
+        assert len(ufrags) == 2, "an ICE ufrag of its own in each offered m-line"
+        assert "a=group:BUNDLE" not in peer["answer"], "nothing bundled in the answer"
+        assert channel.port == "0" and not channel.starting(("a=candidate:",)), "rejected"
+        assert peer["rejected"] == ["application"], shown(call)
+        # webrtcbin 1.22 says "connecting" of such a call, its audio flowing (the caller
+        # judged it by its transport instead); never "failed".
+        assert peer["connection_state_after_audio"] in ("connecting", "connected"), shown(call)
+    else:
+        group = bundle.bundle_group(bundle.split(peer["answer"])[0])
+        assert group == tuple(s.mid for s in offered), "every section on the one transport"
+        assert channel.port == audio.port and peer["rejected"] == [], shown(call)
+        assert peer["connection_state_after_audio"] == "connected", shown(call)
 
 
 def test_webrtcbin_is_the_dtls_server_with_an_rsa_certificate_and_ours_is_ecdsa(
@@ -183,8 +230,13 @@ def test_audio_flows_both_ways_and_the_echo_is_the_tone_sent(call: dict) -> None
     assert abs(dominant_hz - TONE_HZ) < 5, f"the echo's dominant frequency is {dominant_hz} Hz"
 
 
-def test_a_data_channel_message_is_echoed(call: dict) -> None:
-    messages = peer_of(call).get("messages", [])
+def test_a_data_channel_message_is_echoed_or_the_channel_is_declined(call: dict) -> None:
+    """Without BUNDLE the data channel's m-line was rejected: it never opens (audio-only)."""
+    peer = peer_of(call)
+    messages = peer.get("messages", [])
+    if unbundled(call):
+        assert messages == [] and "channel_open" not in peer["marks_ms"], shown(call)
+        return
     assert {"type": "echo", "event": {"type": "ping", "from": "webrtcbin"}} in messages, shown(call)
     assert any(m.get("type") == "session.started" for m in messages if isinstance(m, dict))
 

@@ -46,6 +46,7 @@ class PeerOptions:
     pcm_out: Path
     tone_hz: float
     call_timeout_s: float
+    bundle_policy: str = "none"  # webrtcbin's own default: its stock offer has no BUNDLE group
 
 
 class WebrtcbinRun(Run):
@@ -77,6 +78,8 @@ class WebrtcbinRun(Run):
             str(self.config.audio_s),
             "--timeout",
             str(options.call_timeout_s),
+            "--bundle-policy",
+            options.bundle_policy,
         ]
         if options.token_file is not None:
             argv += ["--token-file", str(options.token_file)]
@@ -115,12 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-file", type=Path, default=None, help="the WHIP bearer token")
     parser.add_argument("--pcm-out", type=Path, required=True, help="the decoded echo (S16LE)")
     parser.add_argument("--tone-hz", type=float, default=660.0, help="the tone webrtcbin sends")
+    parser.add_argument(  # not --bundle-policy: that is the browsers', which have no none
+        "--peer-bundle-policy",
+        default="none",
+        help="webrtcbin's bundle-policy (none, its default: its stock offer, no BUNDLE group)",
+    )
     args = parser.parse_args(argv)
     config = config_from(args)
     # The caller's own bound leaves the harness's stack start and cleanup room inside its own.
     call_timeout_s = max(10.0, config.total_timeout_s - config.ready_timeout_s - 10)
     options = PeerOptions(
-        args.peer_python, args.token_file, args.pcm_out, args.tone_hz, call_timeout_s
+        args.peer_python,
+        args.token_file,
+        args.pcm_out,
+        args.tone_hz,
+        call_timeout_s,
+        args.peer_bundle_policy,
     )
     return report(WebrtcbinRun(config, options))
 

@@ -3,13 +3,15 @@
 Runs under Debian's /usr/bin/python3, whose python3-gi binds GStreamer (the tests' Python has
 no gi): stdlib and gi only, no rtcedge import. ``webrtcbin_harness`` starts it inside the
 test's network namespace. webrtcbin makes its stock offer (``a=setup:actpass``, its own RSA
-certificate, libnice for ICE, OpenSSL for DTLS) with ``bundle-policy=max-bundle`` (the
-transceiver requires BUNDLE; webrtcbin's default offers none): ``audiotestsrc`` plays a sine
-at ``--tone-hz`` through Opus, and a data channel ``events`` is opened. The offer is POSTed to
-``--whip`` with the bearer token read from ``--token-file`` (never the command line); once
-connected, one JSON message goes over the channel, ``--audio-seconds`` of the echo are decoded
-to ``--pcm-out`` (S16LE, mono, 48 kHz), webrtcbin's stats are read, and the WHIP resource is
-DELETEd. It prints ONE JSON line (what happened, step by step) and exits; the caller judges.
+certificate, libnice for ICE, OpenSSL for DTLS) with ``--bundle-policy`` (``none``, its own
+default: no BUNDLE group, ICE credentials of its own in every m-line; or ``max-bundle``):
+``audiotestsrc`` plays a sine at ``--tone-hz`` through Opus, and a data channel ``events`` is
+opened. The offer is POSTed to ``--whip`` with the bearer token read from ``--token-file``
+(never the command line); once connected, one JSON message goes over the channel (unless the
+answer rejected its m-line, as it does an offer without BUNDLE), ``--audio-seconds`` of the
+echo are decoded to ``--pcm-out`` (S16LE, mono, 48 kHz), webrtcbin's stats are read, and the
+WHIP resource is DELETEd. It prints ONE JSON line (what happened, step by step) and exits;
+the caller judges.
 
 Bounded: every step has its own timeout, ``--timeout`` bounds the whole run, a watchdog thread
 ends the process if even that fails, and the kernel ends it when its parent dies.
@@ -52,6 +54,7 @@ else:
     GI_MISSING = None
 
 RATE_HZ = 48000
+BUNDLE_POLICIES = ("none", "balanced", "max-compat", "max-bundle")  # webrtcbin's bundle-policy
 CHANNEL_LABEL = "events"  # the transceiver's events channel (transceiver/static/app.js)
 PING = {"type": "ping", "from": "webrtcbin"}
 GATHER_TIMEOUT_S = 5.0  # offer -> ICE gathering complete (then the offer goes as it is)
@@ -88,7 +91,7 @@ def die_with_parent() -> None:
         os._exit(3)
 
 
-def pipeline_description(tone_hz: float) -> str:
+def pipeline_description(tone_hz: float, bundle_policy: str) -> str:
     send = (
         f"audiotestsrc is-live=true wave=sine freq={tone_hz} volume=0.3 "
         f"! audioconvert ! audioresample ! audio/x-raw,rate={RATE_HZ},channels=1 "
@@ -96,7 +99,7 @@ def pipeline_description(tone_hz: float) -> str:
         f"! application/x-rtp,media=audio,encoding-name=OPUS,payload=111,clock-rate={RATE_HZ} "
         "! webrtc."
     )
-    return f"webrtcbin name=webrtc bundle-policy=max-bundle {send}"
+    return f"webrtcbin name=webrtc bundle-policy={bundle_policy} {send}"
 
 
 def structure_values(structure: Gst.Structure) -> dict[str, Any]:
@@ -138,6 +141,12 @@ def http(method: str, url: str, token: str, body: bytes | None = None) -> tuple[
         return exc.code, dict(exc.headers), exc.read().decode(errors="replace")
 
 
+def rejected_m_lines(sdp: str) -> list[str]:
+    """The kinds of the m-lines an SDP rejects (port 0, RFC 3264 6), in its order."""
+    fields = (line[2:].split() for line in sdp.splitlines() if line.startswith("m="))
+    return [f[0] for f in fields if len(f) > 1 and f[1] == "0"]
+
+
 def once(function: Any, *args: Any) -> bool:
     """For ``GLib.idle_add``: call ``function(*args)`` on the main loop, once."""
     function(*args)
@@ -151,7 +160,7 @@ class Call:
         self.args = args
         self.token = args.token_file.read_text().strip() if args.token_file else ""
         self.loop = GLib.MainLoop()
-        self.pipeline = Gst.parse_launch(pipeline_description(args.tone_hz))
+        self.pipeline = Gst.parse_launch(pipeline_description(args.tone_hz, args.bundle_policy))
         self.webrtc = self.pipeline.get_by_name("webrtc")
         self.use_local_address(args.local_address)
         self.channel: Any = None
@@ -271,6 +280,8 @@ class Call:
             GLib.idle_add(self.post_offer)
         elif spec.name == "connection-state" and nick == "connected":
             GLib.idle_add(self.connected)
+        elif spec.name == "ice-connection-state" and nick in ("connected", "completed"):
+            GLib.idle_add(self.check_audio_transport)
         elif spec.name == "connection-state" and nick == "failed" and self.deleted_at is None:
             GLib.idle_add(once, self.fail, "connection-state failed")
 
@@ -333,24 +344,57 @@ class Call:
         if ok != GstSdp.SDPResult.OK:
             self.fail("the answer does not parse as SDP")
             return
+        self.result["rejected"] = rejected_m_lines(body)
         answer = GstWebRTC.WebRTCSessionDescription.new(GstWebRTC.WebRTCSDPType.ANSWER, message)
         self.webrtc.emit("set-remote-description", answer, None)
         self.deadline("connect", CONNECT_TIMEOUT_S, "connection-state connected")
+        if self.result["rejected"]:
+            self.watch_audio_transport()
+
+    def watch_audio_transport(self) -> None:
+        """When the answer rejects an m-line (port 0), webrtcbin 1.22's connection-state stays
+        "connecting": it collates the rejected data channel's transport too, which stays
+        "new", and that mix is its "Undefined situation" (``_collate_peer_connection_states``
+        keeps the old state). The call is then connected once ICE is (webrtcbin's
+        ice-connection-state, which leaves such a transport out) and the audio m-line's DTLS
+        transport is. (Not its ICE transport's own state: reading the DTLS transport's
+        ``transport`` property from Python drops a reference webrtcbin still needs, and ICE
+        then never starts.)"""
+        self.audio_transport().connect(
+            "notify::state", lambda *_: GLib.idle_add(self.check_audio_transport)
+        )
+        GLib.idle_add(self.check_audio_transport)
+
+    def check_audio_transport(self) -> bool:
+        if "rejected" not in self.result or not self.result["rejected"]:
+            return False
+        dtls = self.audio_transport().get_property("state").value_nick
+        ice = self.webrtc.get_property("ice-connection-state").value_nick
+        if dtls == "connected" and ice in ("connected", "completed"):
+            self.result["connected_by"] = "ice-connection-state and the audio's DTLS transport"
+            self.connected()
+        return False
+
+    def audio_transport(self) -> Any:
+        transceiver = self.webrtc.emit("get-transceiver", 0)
+        return transceiver.get_property("sender").get_property("transport")
 
     def connected(self) -> bool:
         if "connected" in self.result["marks_ms"]:
             return False
         self.done("connect")
         self.mark("connected")
+        self.result.setdefault("connected_by", "connection-state")
         self.result["dtls"] = self.dtls_transport()
-        self.deadline("channel", CHANNEL_TIMEOUT_S, "the data channel's echo")
+        if "application" not in self.result["rejected"]:
+            self.deadline("channel", CHANNEL_TIMEOUT_S, "the data channel's echo")
         GLib.timeout_add(int(self.args.audio_seconds * 1000), self.audio_heard)
         return False
 
     def dtls_transport(self) -> dict[str, Any]:
-        """Who is the DTLS server, and both certificates (PEM), of the one BUNDLE transport."""
-        transceiver = self.webrtc.emit("get-transceiver", 0)
-        transport = transceiver.get_property("sender").get_property("transport")
+        """Who is the DTLS server, and both certificates (PEM), of the audio's transport (the
+        one BUNDLE transport, or the only one the answer did not reject)."""
+        transport = self.audio_transport()
         return {
             "client": transport.get_property("client"),
             "state": transport.get_property("state").value_nick,
@@ -419,8 +463,13 @@ class Call:
 
     def stats_read(self, stats: list[dict[str, Any]]) -> None:
         self.result["stats"] = stats
+        # What webrtcbin itself says after the audio time ("connecting" when the answer
+        # rejected an m-line: watch_audio_transport).
+        state = self.webrtc.get_property("connection-state").value_nick
+        self.result["connection_state_after_audio"] = state
         self.result["pcm_bytes"] = self.pcm_bytes
-        if "channel_echo" not in self.result["marks_ms"]:
+        declined = "application" in self.result["rejected"]
+        if "channel_echo" not in self.result["marks_ms"] and not declined:
             return  # the channel's deadline fails the call
         self.done("channel")
         log(f"DELETE {self.location}")
@@ -467,6 +516,12 @@ def arguments() -> argparse.Namespace:
         "--local-address", default="127.0.0.1", help="the one address libnice gathers on"
     )
     parser.add_argument("--tone-hz", type=float, default=660.0)
+    parser.add_argument(
+        "--bundle-policy",
+        choices=BUNDLE_POLICIES,
+        default="none",
+        help="webrtcbin's (its own default: none, an offer without a BUNDLE group)",
+    )
     parser.add_argument("--audio-seconds", type=float, default=3.0, help="connected -> stats")
     parser.add_argument("--timeout", type=float, default=45.0, help="bound on the whole call, s")
     parser.add_argument(

@@ -128,8 +128,9 @@ def _read(option: str, path: str) -> bytes:
 def check_certificate(path: str, now: datetime.datetime) -> x509.Certificate:
     """The first certificate of the PEM file ``path`` (the server's; a chain may follow), in its
     validity; ConfigError naming --https-cert otherwise."""
+    data = _read(CERT_OPTION, path)  # (its ConfigError is a ValueError: read outside the try)
     try:
-        chain = x509.load_pem_x509_certificates(_read(CERT_OPTION, path))
+        chain = x509.load_pem_x509_certificates(data)
     except ValueError:
         raise ConfigError(CERT_OPTION, f"{path} holds no PEM certificate") from None
     cert = chain[0]
@@ -145,8 +146,9 @@ def check_certificate(path: str, now: datetime.datetime) -> x509.Certificate:
 def check_key(path: str) -> None:
     """The PEM file ``path`` holds one unencrypted private key; ConfigError naming --https-key
     otherwise (a passphrase would have to be typed at every start, or stored beside it)."""
+    data = _read(KEY_OPTION, path)
     try:
-        serialization.load_pem_private_key(_read(KEY_OPTION, path), password=None)
+        serialization.load_pem_private_key(data, password=None)
     except TypeError:
         raise ConfigError(KEY_OPTION, f"{path} is encrypted: give an unencrypted key") from None
     except (ValueError, UnsupportedAlgorithm):

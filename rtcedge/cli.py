@@ -89,6 +89,8 @@ UP_EXAMPLES = """
 Examples:
   rtcedge up                  # the echo: open http://127.0.0.1:8080/ and press Talk
   rtcedge up --agent          # a voice agent: open http://127.0.0.1:8080/realtime
+  rtcedge up --relay 0.0.0.0:3478 --http 0.0.0.0:8443
+                              # a phone on the LAN: https, a self-signed certificate
   RTCEDGE_BACKEND_KEY=... rtcedge up --backend realtime \\
       --backend-url 'ws://HOST:PORT/v1/realtime?model=...'     # your own model server
 """

@@ -308,9 +308,8 @@ def up(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    announced = addresses.https.announcement(addresses.http)
-    if announced:
-        click.echo(announced)
+    if said := addresses.https.announcement(addresses.http):  # https by itself: said at start
+        click.echo(said)
     try:
         addresses.check_ports_free()
     except ConfigError as exc:

@@ -31,6 +31,7 @@ from common.config import ConfigError, format_host_port, parse_host_port
 from common.options import option_fields
 from relay.config import RelayConfig
 from relay.portclaim import Holder, could_share_port, try_claim
+from rtcedge.https import NOTHING_GIVEN, PLAIN_HTTP, HttpsGiven, UpHttps
 from transceiver.call.libopus import DEFAULTS, EncoderSettings
 from transceiver.config import BACKEND_KEY_ENV, TransceiverConfig, takes_credentials
 from transceiver.signaling.tokens import read_secrets_file
@@ -55,6 +56,8 @@ UP_OPTION = {
     "--token-secret-file": "--token-secret-file",
     "--admit-max-cpu": "--admit-max-cpu",
     "--admit-max-loop-lag": "--admit-max-loop-lag",
+    "--https-cert": "--https-cert",
+    "--https-key": "--https-key",
 }
 # ``--agent``'s URL while checking: the agent's own, on a port it picks, exists only once it runs.
 AGENT_URL_SHAPE = "ws://127.0.0.1:9/v1/realtime?model=rtcedge-voice-agent"
@@ -241,6 +244,13 @@ class UpAddresses:
     advertised_why: str  # how ``advertised`` was chosen, for the ready line
     internal_host: str  # the relay's internal sockets, towards the transceiver
     relay_tcp: tuple[str, int] | None = None  # the relay's ICE-TCP listener (--relay-tcp)
+    https: UpHttps = PLAIN_HTTP  # how --http is served: plain http, or https with which cert
+
+    @property
+    def page_host(self) -> str:
+        """The host of the page's URL: --http's, or for a wildcard the advertised address (one
+        a browser can open)."""
+        return self.advertised if is_wildcard(self.http[0]) else self.http[0]
 
     def check_ports_free(self) -> None:
         """ConfigError naming ``--http`` or ``--relay`` when its port is taken, before anything
@@ -315,6 +325,7 @@ def check_up_options(
     relay_tcp: int | None = None,
     admission: UpAdmission = UpAdmission(),
     encoder: EncoderSettings = DEFAULTS,
+    https: HttpsGiven = NOTHING_GIVEN,
 ) -> UpAddresses:
     """The addresses ``up`` starts the services on; ConfigError names ``up``'s option for the
     first value either service would refuse (``encoder``: the ``--opus-*`` options, the
@@ -334,6 +345,7 @@ def check_up_options(
                 raise ConfigError("--relay-tcp", "needs a real port, 1..65535")
             tcp_address = (relay_address[0], relay_tcp)
         internal = internal_host_for(relay_address[0], http_address[0])
+        served = https.choose(http_address[0])
         # Placeholders where ``up`` fills in values itself (ports it picks, its fresh keyring).
         RelayConfig(
             listen=relay_address,
@@ -357,10 +369,11 @@ def check_up_options(
             **admission.config_fields(),
             token_secrets=read_secrets_file(token_secret_file) if token_secret_file else (),
             relay_networks=(internal,),
+            **served.config_fields(),
             **{f"opus_{name}": value for name, value in encoder.as_dict().items()},
         ).validate()
         try_plugin(transceiver)
     except ConfigError as exc:
         message = str(exc).removeprefix(f"{exc.option}: ")
         raise ConfigError(UP_OPTION.get(exc.option, exc.option), message) from None
-    return UpAddresses(http_address, relay_address, advertised, why, internal, tcp_address)
+    return UpAddresses(http_address, relay_address, advertised, why, internal, tcp_address, served)

@@ -22,7 +22,7 @@ from click.core import ParameterSource
 from common.config import ConfigError
 from common.hint import Keyring, KeyringError
 from common.options import refuse_url_credentials_on_command_line
-from transceiver import codec_options
+from transceiver import codec_options, https_options
 
 # The transceiver's (transceiver/config.py, which this light module imports only to list the
 # backends: tests/rtcedge/test_up_backend_options.py holds them equal).
@@ -89,6 +89,8 @@ UP_EXAMPLES = """
 Examples:
   rtcedge up                  # the echo: open http://127.0.0.1:8080/ and press Talk
   rtcedge up --agent          # a voice agent: open http://127.0.0.1:8080/realtime
+  rtcedge up --relay 0.0.0.0:3478 --http 0.0.0.0:8443
+                              # a phone on the LAN: https, a self-signed certificate
   RTCEDGE_BACKEND_KEY=... rtcedge up --backend realtime \\
       --backend-url 'ws://HOST:PORT/v1/realtime?model=...'     # your own model server
 """
@@ -225,6 +227,21 @@ Examples:
     help="Refuse new calls while the transceiver's event loop runs this many ms late. 0: off, "
     "as for a local demo; a deployed transceiver's is 20.",
 )
+@click.option(
+    "--https/--no-https",
+    default=None,
+    help="Serve the page and WHIP over https with a self-signed certificate made for this run "
+    "(its SHA-256 fingerprint printed), as a browser off this machine needs for the "
+    "microphone [default: on when --http listens beyond loopback, said at start].",
+)
+@click.option(
+    "--https-name",
+    "https_names",
+    multiple=True,
+    metavar="NAME",
+    help="A host name the certificate of --https is also for (e.g. laptop.local); repeatable.",
+)
+@https_options.click_options  # the transceiver's --https-cert, --https-key, passed on to it
 @codec_options.click_options  # the transceiver's --opus-* options, passed on to it
 def up(
     http: str,
@@ -242,10 +259,15 @@ def up(
     token_secret_file: str | None,
     admit_max_cpu: float,
     admit_max_loop_lag: float,
+    https: bool | None,
+    https_names: tuple[str, ...],
+    https_cert: str | None,
+    https_key: str | None,
     **opus: Any,
 ) -> None:
     """Run relay + transceiver + page locally; open the printed URL and press Talk."""
     from rtcedge.checks import UpAdmission, UpBackend, check_up_options
+    from rtcedge.https import HttpsGiven
 
     ctx = click.get_current_context()
     refuse_url_credentials_on_command_line(ctx, {"backend_url": "--backend-url"})
@@ -282,9 +304,12 @@ def up(
             relay_tcp,
             admission,
             encoder,
+            HttpsGiven(https, https_cert, https_key, https_names),
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if said := addresses.https.announcement(addresses.http):  # https by itself: said at start
+        click.echo(said)
     try:
         addresses.check_ports_free()
     except ConfigError as exc:

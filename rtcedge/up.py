@@ -15,8 +15,11 @@ keep the UDP port and silently share it with the next ``up``. The processes are 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import signal
+import socket
 import sys
 import threading
 
@@ -24,7 +27,8 @@ import click
 
 from common.config import format_host_port
 from relay.addresspolicy import LOOPBACK_NETWORKS, PRIVATE_NETWORKS
-from rtcedge.checks import UpAddresses, UpAdmission, UpBackend, is_wildcard
+from rtcedge.checks import UpAddresses, UpAdmission, UpBackend, default_route_address, is_wildcard
+from rtcedge.https import certificate_hosts, made_certificate
 from testbed.processes import RelayProcess, TransceiverProcess
 from testbed.voice_agent import VoiceAgentProcess
 from transceiver import codec_options
@@ -43,16 +47,53 @@ def run_local(
     or when one exits. ``encoder``: the ``--opus-*`` options, passed on to the transceiver."""
     relay = relay_process(addresses, workers)
     agent = VoiceAgentProcess(die_with_parent=True) if backend.agent else None
-    trx: TransceiverProcess | None = None
     stop = threading.Event()
     # SIGHUP too: by default it would end `up` at once, without stopping its children.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
+    with contextlib.ExitStack() as files:  # a certificate up makes: its key deleted at the end
+        https = None
+        if addresses.https.self_signed:
+            made = files.enter_context(made_certificate(https_hosts(addresses)))
+            https = (made.cert_file, made.key_file)
+            for line in made.lines():
+                click.echo(line)
+        elif addresses.https.on:
+            assert addresses.https.cert_file and addresses.https.key_file
+            https = (
+                os.path.abspath(addresses.https.cert_file),
+                os.path.abspath(addresses.https.key_file),
+            )
+        _run(addresses, relay, agent, backend, token_secret_file, admission, encoder, https, stop)
+
+
+def https_hosts(addresses: UpAddresses) -> list[str]:
+    """What a certificate ``up`` makes is for: the page's address, --http's, --https-name's,
+    and for a wildcard the default routes' addresses too (the page on every address)."""
+    names = list(addresses.https.names)
+    if is_wildcard(addresses.http[0]):
+        names += [a for f in (socket.AF_INET, socket.AF_INET6) if (a := default_route_address(f))]
+    return certificate_hosts(addresses.page_host, addresses.http[0], names)
+
+
+def _run(
+    addresses: UpAddresses,
+    relay: RelayProcess,
+    agent: VoiceAgentProcess | None,
+    backend: UpBackend,
+    token_secret_file: str | None,
+    admission: UpAdmission,
+    encoder: EncoderSettings,
+    https: tuple[str, str] | None,
+    stop: threading.Event,
+) -> None:
+    """``run_local``'s processes, ``https`` the (certificate, key) files of --http or None."""
+    trx: TransceiverProcess | None = None
     try:
         if agent is not None:  # first: the slowest to start, and the transceiver needs its URL
             agent.start(stop=stop)
         trx = transceiver_process(
-            addresses, relay, backend, agent, token_secret_file, admission, encoder
+            addresses, relay, backend, agent, token_secret_file, admission, encoder, https
         )
         relay.start()  # (with the transceiver's address)
         trx.start()
@@ -107,6 +148,7 @@ def transceiver_process(
     token_secret_file: str | None,
     admission: UpAdmission,
     encoder: EncoderSettings = DEFAULTS,
+    https: tuple[str, str] | None = None,
 ) -> TransceiverProcess:
     """The transceiver on ``--http``, behind ``relay``, with ``up``'s backend options (at the
     voice agent with ``--agent``), its load admission and its encoder's, every one said."""
@@ -130,6 +172,7 @@ def transceiver_process(
         advertise=(addresses.advertised, addresses.relay[1]),
         advertise_tcp=(addresses.advertised, relay.tcp_port) if relay.tcp else None,
         die_with_parent=True,
+        https=https,
     )
     trx.http_port = addresses.http[1]
     relay.transceivers = {trx.tid: trx.media_address}
@@ -143,10 +186,10 @@ def ready_line(
     agent: VoiceAgentProcess | None,
 ) -> str:
     """``ready`` and where to go: the page(s), the relay, the backend when not the echo."""
-    http_host, http_port = addresses.http
-    url = trx.url
-    if is_wildcard(http_host):  # the page on every address: name one a browser can open
-        url = f"http://{format_host_port(addresses.advertised, http_port)}"
+    http_port = addresses.http[1]
+    # The page on every address for a wildcard: name one a browser can open.
+    scheme = "https" if trx.https else "http"
+    url = f"{scheme}://{format_host_port(addresses.page_host, http_port)}"
     advertised = ""
     if addresses.advertised != addresses.relay[0]:
         advertised = f" advertised as {addresses.advertised} ({addresses.advertised_why})"

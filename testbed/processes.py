@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -216,6 +217,9 @@ class TransceiverProcess:
     advertise: tuple[str, int] | None = None  # default: the relay's public address
     advertise_tcp: tuple[str, int] | None = None  # default: the relay's TCP address, if any
     die_with_parent: bool = False  # as RelayProcess.die_with_parent
+    # (certificate, key) files: --http serves https (--https-cert, --https-key), and this side
+    # trusts that certificate alone.
+    https: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.media_port = free_port(self.host)
@@ -229,7 +233,17 @@ class TransceiverProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{format_host_port(self.host, self.http_port)}"
+        scheme = "https" if self.https else "http"
+        return f"{scheme}://{format_host_port(self.host, self.http_port)}"
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """What trusts --http's certificate and nothing else; its names unchecked: ``host``
+        may be a wildcard, which no certificate names."""
+        if self.https is None:
+            return None
+        context = ssl.create_default_context(cafile=self.https[0])
+        context.check_hostname = False
+        return context
 
     def command(self) -> list[str]:
         advertise = format_host_port(*(self.advertise or self.relay.address))
@@ -246,6 +260,7 @@ class TransceiverProcess:
             *(["--advertise-tcp",
                format_host_port(*(self.advertise_tcp or self.relay.tcp_address))]
               if self.relay.tcp else []),
+            *(["--https-cert", self.https[0], "--https-key", self.https[1]] if self.https else []),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -273,10 +288,12 @@ class TransceiverProcess:
         return bool(socket_inodes(self.proc.pid) & tcp_listener_inodes(port))
 
     def http(self, path: str, method: str = "GET", port: int | None = None) -> tuple[int, str]:
+        """A request to --http (over https with ``https``), or to ``port`` over plain http."""
         url = self.url if port is None else f"http://{format_host_port(self.host, port)}"
         req = urllib.request.Request(f"{url}{path}", method=method)
+        context = self.tls_context() if port is None else None
         try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
+            with urllib.request.urlopen(req, timeout=5, context=context) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

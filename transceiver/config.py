@@ -7,10 +7,12 @@ click options and the config they make come from these fields. Validation raises
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import ipaddress
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +41,7 @@ from common.options import (
     words,
 )
 from transceiver import codec_options as codec
+from transceiver import https_options
 from transceiver.backend import SAMPLE_RATES, Backend
 from transceiver.backends import create_backend
 from transceiver.backends.plugins import (
@@ -58,6 +61,7 @@ from transceiver.call.sctp import MAX_MESSAGE_BYTES, SctpLimits
 from transceiver.headroom import LoadLimits
 from transceiver.ownership import Peers, SessionRouter
 from transceiver.regions import RegionTable, parse_region, parse_region_prefix
+from transceiver.signaling import tls
 from transceiver.signaling.forward_budget import PeerLimits
 from transceiver.signaling.realtime_secrets import parse_session
 from transceiver.signaling.tokens import MIN_SECRET_BYTES, parse_secrets
@@ -249,6 +253,10 @@ class TransceiverConfig:
         chart="transceiver.httpPort",
         help="HOST:PORT for WHIP, /healthz, /readyz and the page (the public port).",
     )
+    # TLS on --http (transceiver.signaling.tls): a trial off loopback, where a browser gives the
+    # page no microphone over plain http; a deployment ends TLS at its ingress instead.
+    https_cert: str | None = https_options.cert()
+    https_key: str | None = https_options.key()
     # /metrics listener, never the WHIP port; built in code (tests, rtcedge up): off.
     metrics: Addr | None = option(
         "--metrics",
@@ -709,6 +717,10 @@ class TransceiverConfig:
             raise ConfigError("--keyring", "give exactly one of --keyring FILE or --keyring-json")
         self._check_backend()
         self.opus_settings()
+        if bool(self.https_cert) != bool(self.https_key):
+            missing = "--https-key" if self.https_cert else "--https-cert"
+            raise ConfigError(missing, "--https-cert and --https-key go together")
+        self.https_context  # noqa: B018 (reads and checks both files)
         if self.metrics is not None and self.metrics == self.http and self.http[1] != 0:
             raise ConfigError("--metrics", "must not be the --http address")
         self.region_table()
@@ -888,6 +900,16 @@ class TransceiverConfig:
     def opus_settings(self) -> EncoderSettings:
         """The outbound encoder's settings (ConfigError naming the option for a bad one)."""
         return codec.settings_of({name: getattr(self, name) for name in codec.FIELDS})
+
+    @cached_property
+    def https_context(self) -> ssl.SSLContext | None:
+        """The --http listener's TLS context, None for plain http (ConfigError naming
+        --https-cert or --https-key for a bad file)."""
+        if not (self.https_cert and self.https_key):
+            return None
+        return tls.server_context(
+            self.https_cert, self.https_key, datetime.datetime.now(datetime.UTC)
+        )
 
     @cached_property
     def http_limits(self) -> ListenerLimits:

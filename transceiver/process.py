@@ -27,10 +27,11 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
     server = TransceiverServer(config)
     await server.start()
     listeners: list[GuardedListener] = []
-    apps = [("--http", config.http, make_app(server))]
+    # TLS on --http only (--https-cert): /metrics is for the cluster's eyes, never public.
+    apps = [("--http", config.http, make_app(server), config.https_context)]
     if config.metrics is not None:
-        apps.append(("--metrics", config.metrics, make_metrics_app(server)))
-    for option, (host, port), app in apps:
+        apps.append(("--metrics", config.metrics, make_metrics_app(server), None))
+    for option, (host, port), app, tls in apps:
         runner = web.AppRunner(app, access_log=None)
         listener = GuardedListener(
             runner,
@@ -43,7 +44,7 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
         await runner.setup()
         listeners.append(listener)
         try:
-            await listener.start(host, port)
+            await listener.start(host, port, tls)
         except OSError as exc:
             await server.close()
             await stop_listening(listeners)
@@ -61,11 +62,12 @@ async def run(config: TransceiverConfig, ready: asyncio.Event | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "transceiver %d: media %s, advertising %s (regions: %s), http %s, metrics %s",
+        "transceiver %d: media %s, advertising %s (regions: %s), %s %s, metrics %s",
         config.transceiver_id,
         server.media_address,
         config.advertise,
         server.regions.describe(),
+        "https" if config.https_context else "http",
         config.http,
         config.metrics or "off",
     )

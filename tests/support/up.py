@@ -86,8 +86,9 @@ def up_command(*args: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_up(*args: str) -> Iterator[str]:
-    """``rtcedge up ARGS`` until the block ends; yields its ``ready`` line."""
+def running_up(*args: str, seen: list[str] | None = None) -> Iterator[str]:
+    """``rtcedge up ARGS`` until the block ends; yields its ``ready`` line (``seen``: filled
+    with every line up to it)."""
     up = subprocess.Popen(
         up_command(*args),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -96,7 +97,7 @@ def running_up(*args: str) -> Iterator[str]:
     children: dict[int, str | None] = {}
     reader = None
     try:
-        seen: list[str] = []
+        seen = [] if seen is None else seen
         reader = wait_ready(up, READY_TIMEOUT_S, seen)
         children = identities(descendants(up.pid))
         yield seen[-1]

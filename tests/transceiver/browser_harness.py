@@ -27,6 +27,16 @@ microphone's stream asked with ``video: true``, its video track added to the off
 call must still connect, audio-only. The report's ``sdp`` holds the offer and the answer, and
 ``video`` the connection's video RTP counters.
 
+``--https`` opens the page over https (a stack like ``rtcedge up --https``): the stack prints
+its certificate's public-key hash (``--ignore-certificate-errors-spki-list=HASH``) before
+``ready``, and Chromium is started with that flag, so it trusts that certificate alone, as a
+person does who compared its fingerprint and accepted the warning. ``--refused-first`` first
+presses Talk with a wrong token: the offer is refused (401) and the page must offer Talk again
+(``refused_first`` in the report) before the real call. ``--no-microphone`` expects a page that
+cannot have the microphone (plain http off loopback): it loads the page, presses Talk, and
+reports what the page says (``no_microphone``) instead of placing a call. After every hang-up
+the report holds what the page shows of the call's end (``ended_text``).
+
 ``--repeat N`` then places N - 1 more calls, one after another (Talk, connected, Hang up), and
 reports how fast each connected from the page's own marks (``connect_timings``) and the medians
 of calls 2..N (``connect_p50_ms``: the first call warms the stack up): POST -> answer,
@@ -140,6 +150,9 @@ FIREFOX_PREFS: dict[str, bool | int | str] = {
     "network.captive-portal-service.enabled": False,
 }
 READY_LINE = re.compile(r"\bready\b", re.IGNORECASE)  # not "already in use"
+SPKI_FLAG = "--ignore-certificate-errors-spki-list"
+SPKI_LINE = re.compile(rf"{SPKI_FLAG}=(\S+)")  # what `rtcedge up --https` prints
+WRONG_TOKEN = "not-a-token-the-stack-signed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,10 +178,14 @@ class HarnessConfig:
     firefox: str = DEFAULT_FIREFOX
     camera: bool = False  # the page offers the fake camera beside the microphone
     bundle_policy: str | None = None  # the page's peer connection's, instead of its own
+    https: bool = False  # the page over https, its certificate's key hash from the stack's output
+    refused_first: bool = False  # first a Talk with a wrong token: refused, Talk offered again
+    no_microphone: bool = False  # a page that cannot have the microphone: what it says, no call
 
     @property
     def origin(self) -> str:
-        return f"http://{format_host_port(self.host, self.http_port)}"
+        scheme = "https" if self.https else "http"
+        return f"{scheme}://{format_host_port(self.host, self.http_port)}"
 
     @property
     def page_url(self) -> str:
@@ -603,6 +620,18 @@ TONE_JS = r"""
   return out;
 })()
 """.replace("__FFT__", str(TONE_FFT)).replace("__MS__", str(TONE_MS))
+# What the page shows of the last call's end: the line, and the header's backend.
+ENDED_TEXT_JS = (
+    "({ ended: document.getElementById('ended').hidden ? null"
+    " : document.getElementById('ended').textContent,"
+    " backend: document.getElementById('backend').textContent })"
+)
+# The events list as the page shows it: each row's class, type column and text.
+EVENTS_SHOWN_JS = (
+    "[...document.querySelectorAll('#messages li')].map((li) => ({ className: li.className,"
+    " type: (li.querySelector('.type') || {}).textContent || null,"
+    " text: (li.querySelector('code') || {}).textContent || null }))"
+)
 # What the call's peer connection offered and was answered, and what it did with video.
 OFFER_JS = r"""
 (async () => {
@@ -636,6 +665,7 @@ class Run:
         self.driver: Cdp | Bidi | None = None
         self.http: aiohttp.ClientSession | None = None
         self.timings_ms: dict[str, int] = {}
+        self.extra_chromium_flags: list[str] = []  # learnt from the stack (--https)
         self.result: dict[str, Any] = {
             "ok": False,
             "error": None,
@@ -674,6 +704,19 @@ class Run:
                 f"the stack printed no 'ready' line in {self.config.ready_timeout_s} s"
             )
         self.mark("stack_ready")
+        if self.config.https:
+            self.trust_stack_certificate()
+
+    def trust_stack_certificate(self) -> None:
+        """--https: Chromium trusts the certificate whose key hash the stack printed."""
+        assert self.stack is not None
+        if self.config.browser != "chromium":
+            raise HarnessError("--https: only Chromium takes a certificate's key hash by flag")
+        found = [m[1] for line in self.stack.lines if (m := SPKI_LINE.search(line))]
+        if not found:
+            raise HarnessError(f"--https: the stack printed no {SPKI_FLAG}=HASH before ready")
+        self.result["spki_sha256"] = found[-1]
+        self.extra_chromium_flags.append(f"{SPKI_FLAG}={found[-1]}")
 
     async def start_browser(self) -> None:
         """The browser of ``--browser``, its driver connected, the harness's script installed."""
@@ -698,6 +741,7 @@ class Run:
             self.config.chromium,
             *CHROMIUM_FLAGS,
             *self.config.chromium_flags,
+            *self.extra_chromium_flags,
             f"--user-data-dir={self.profile_dir}",
             "about:blank",
         ]
@@ -786,6 +830,11 @@ class Run:
 
         await poll("the page and window.rtcedge", page_ready, 10)
         self.mark("page_loaded")
+        if self.config.no_microphone:
+            await self.without_microphone()
+            return
+        if self.config.refused_first:
+            await self.refused_call()
 
         log("clicking Talk")
         clicked_at = time.monotonic()
@@ -816,6 +865,7 @@ class Run:
         self.result["state"] = await driver.evaluate(state_js)
         self.result.update(await driver.evaluate(OFFER_JS))  # "sdp", "video"
         self.result["descriptions"] = await driver.evaluate("window.rtcedge.descriptions()")
+        self.result["events_shown"] = await driver.evaluate(EVENTS_SHOWN_JS)
         self.mark("stats_collected")
         if self.config.screenshot is not None:
             await self.screenshot()
@@ -833,9 +883,55 @@ class Run:
         # Hang up ends with a DELETE whose failure the page reports as its error.
         await asyncio.sleep(0.5)
         self.result["state_after_hangup"] = await driver.evaluate(state_js)
+        self.result["ended_text"] = await driver.evaluate(ENDED_TEXT_JS)
         self.mark("hung_up")
         if self.config.repeat > 1:
             await self.repeat_calls(hung_up)
+
+    async def refused_call(self) -> None:
+        """--refused-first: Talk with a wrong token; the offer is refused, and the page must
+        end that call by itself and offer Talk again (no Hang up pressed). The token field
+        gets its own value back for the real call."""
+        driver = self.driver
+        assert driver is not None
+        log("clicking Talk with a wrong token")
+        kept = await driver.evaluate(
+            f"(() => {{ const t = document.getElementById('token'); const v = t.value;"
+            f" t.value = {json.dumps(WRONG_TOKEN)}; document.getElementById('talk').click();"
+            f" return v; }})()"
+        )
+
+        async def refused() -> dict[str, Any] | None:
+            state = await driver.evaluate("window.rtcedge.state()")
+            return state if state.get("error") and state.get("ended") else None
+
+        state = await poll("the refused call to end", refused, 10)
+        await asyncio.sleep(0.3)  # nothing after the end may turn Talk off again
+        self.result["refused_first"] = {
+            "state": await driver.evaluate("window.rtcedge.state()"),
+            "talk_disabled": await driver.evaluate("document.getElementById('talk').disabled"),
+            "hangup_disabled": await driver.evaluate("document.getElementById('hangup').disabled"),
+            "ended_text": await driver.evaluate(ENDED_TEXT_JS),
+            "error_at_end": state.get("error"),
+        }
+        await driver.evaluate(f"document.getElementById('token').value = {json.dumps(kept)}")
+
+    async def without_microphone(self) -> None:
+        """--no-microphone: what the page says when it cannot have the microphone, before and
+        after Talk is pressed (the page's own handler, even if the button is disabled)."""
+        driver = self.driver
+        assert driver is not None
+        report: dict[str, Any] = {
+            "secure_context": await driver.evaluate("window.isSecureContext"),
+            "media_devices": await driver.evaluate("typeof navigator.mediaDevices"),
+            "talk_disabled": await driver.evaluate("document.getElementById('talk').disabled"),
+            "notice_shown": await driver.evaluate("!document.getElementById('notice').hidden"),
+        }
+        await driver.evaluate("window.rtcedge.talk().then(() => true)")
+        await asyncio.sleep(0.3)
+        report["notice"] = await driver.evaluate("document.getElementById('notice').textContent")
+        report["state"] = await driver.evaluate("window.rtcedge.state()")
+        self.result["no_microphone"] = report
 
     async def transceiver_metrics(self, trx: dict[str, Any]) -> dict[str, float] | None:
         """``MIGRATION_METRICS`` of one transceiver of the stack; None when it does not answer."""
@@ -1091,6 +1187,23 @@ def arguments(description: str | None = None) -> argparse.ArgumentParser:
         "(a stack like testbed.fleet: several transceivers, a 'stack: {json}' line)",
     )
     parser.add_argument(
+        "--https",
+        action="store_true",
+        help="open the page over https; Chromium trusts the certificate whose key hash the "
+        f"stack prints ({SPKI_FLAG}=HASH, as `rtcedge up --https` does)",
+    )
+    parser.add_argument(
+        "--refused-first",
+        action="store_true",
+        help="first press Talk with a wrong token: refused, the page must offer Talk again",
+    )
+    parser.add_argument(
+        "--no-microphone",
+        action="store_true",
+        help="the page cannot have the microphone (plain http off loopback): report what it "
+        "says, place no call",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -1123,6 +1236,9 @@ def config_from(args: argparse.Namespace) -> HarnessConfig:
         page_query=args.page_query,
         repeat=max(1, args.repeat),
         migrate=args.migrate,
+        https=args.https,
+        refused_first=args.refused_first,
+        no_microphone=args.no_microphone,
     )
 
 

@@ -104,6 +104,7 @@ def run_call(
     options: str = "",
     browser: str = "chromium",
     page_query: str = "",
+    http_port: int = HTTP_PORT,
 ) -> dict:
     """One echo call of ``browser`` through ``rtcedge up`` (plus ``stack_args``) in a new
     namespace set up by ``namespace.setup`` and then ``setup``, the harness given ``options``
@@ -122,7 +123,12 @@ def run_call(
     ).strip()
     query = "&".join(filter(None, (f"token={token}", page_query)))
     return run_harness(
-        namespace, stack, f"--page-query {shlex.quote(query)} {options}", setup, browser=browser
+        namespace,
+        stack,
+        f"--page-query {shlex.quote(query)} {options}",
+        setup,
+        browser=browser,
+        http_port=http_port,
     )
 
 
@@ -133,6 +139,7 @@ def run_harness(
     setup: tuple[str, ...] = (),
     harness: str = "tests.transceiver.browser_harness",
     browser: str = "chromium",
+    http_port: int = HTTP_PORT,
 ) -> dict:
     """``harness`` (a module: ``browser_harness`` or one built on it) driving ``browser`` with
     ``stack`` and its ``options`` in a new namespace set up by ``namespace.setup`` and then
@@ -152,7 +159,7 @@ def run_harness(
             return {"setup_error": f"`{tool}` is missing: the browser runs in its own netns"}
     command = (
         f"exec {sys.executable} -m {harness} --browser {browser}"
-        f" --host {namespace.host} --http-port {HTTP_PORT} --relay-port {RELAY_PORT}"
+        f" --host {namespace.host} --http-port {http_port} --relay-port {RELAY_PORT}"
         f" --timeout {HARNESS_TIMEOUT_S} --stack {shlex.quote(stack)} {options}"
     )
     try:

@@ -9,7 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transceiver.backends.realtime.policy import ClientEventPolicy
-from transceiver.config import TransceiverConfig
+from transceiver.config import BACKENDS, TransceiverConfig
 from transceiver.ownership import RESUME_HEADER
 from transceiver.server import TransceiverServer
 from transceiver.signaling.admission import OfferAdmission
@@ -25,6 +25,17 @@ from transceiver.signaling.tokens import REALTIME_AUDIENCE, TokenVerifier
 
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html")
+
+
+def page_info(cfg: TransceiverConfig) -> dict[str, str]:
+    """What the demo page tells its reader about this server (``GET /page.json``): the kind of
+    backend that answers (a built-in's name, or ``plugin``), and the echo's audio format. Never
+    its URL, which may hold a credential, nor a plugin's module."""
+    kind = cfg.backend if cfg.backend in BACKENDS else "plugin"
+    info = {"backend": kind}
+    if kind == "echo":
+        info["audio_format"] = cfg.audio_format
+    return info
 
 
 def make_app(server: TransceiverServer) -> web.Application:
@@ -64,6 +75,12 @@ def make_app(server: TransceiverServer) -> web.Application:
         ).add_routes(app)
     _add_health(app, server)
     app.router.add_get("/", index)
+    about = page_info(cfg)
+
+    async def page_json(request: web.Request) -> web.Response:
+        return web.json_response(about)
+
+    app.router.add_get("/page.json", page_json)
     if STATIC_DIR.is_dir():
         app.router.add_static("/static/", STATIC_DIR)
     return app

@@ -13,6 +13,7 @@ the guard when a request's handler starts (its headers are in) and ends. A sweep
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -114,13 +115,22 @@ class GuardedListener:
 
         return mark_requests
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen (OSError surfaces to the caller, which names the option)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen, over TLS with ``tls`` (OSError surfaces to the caller, which names the
+        option). A TLS connection reaches the guard once its handshake is done; the handshake
+        itself is bounded by the header timeout, so a client that stalls in it holds a socket
+        no longer than one that stalls in its headers."""
         self._loop = asyncio.get_running_loop()
         factory = self.runner.server
         assert factory is not None, "runner.setup() first"
+        handshake = {"ssl_handshake_timeout": self.guard.limits.header_timeout_s} if tls else {}
         self._server = await self._loop.create_server(
-            lambda: _GuardedProtocol(self, factory()), host, port, reuse_address=True
+            lambda: _GuardedProtocol(self, factory()),
+            host,
+            port,
+            reuse_address=True,
+            ssl=tls,
+            **handshake,
         )
         self._sweeper = self._loop.create_task(self._sweep())
 

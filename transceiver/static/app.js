@@ -5,6 +5,10 @@
 // the data channel): the page re-offers the same microphone track with the resume token and
 // switches to the new connection once it carries audio (docs/transceiver.md, "Moving calls on
 // scale-down").
+// A page off loopback over plain http is no secure context: browsers then give it no
+// microphone (navigator.mediaDevices is undefined), and the page says so in words, and what to
+// do, instead of failing with a TypeError. The header names the backend the server says it has
+// (GET /page.json). A call that fails, or ends, leaves Talk ready again and says how it ended.
 // window.rtcedge is the hook the browser test (tests/transceiver/browser_harness.py) reads.
 "use strict";
 
@@ -24,6 +28,9 @@
 
   const $ = (id) => document.getElementById(id);
   const ui = {
+    backend: $("backend"),
+    notice: $("notice"),
+    ended: $("ended"),
     talk: $("talk"),
     hangup: $("hangup"),
     pill: $("pill"),
@@ -66,6 +73,9 @@
   let messages = [];
   let dcRoundTripMs = null;
   let hangupStatus = null; // HTTP status of the last hang-up's DELETE
+  // How the last call ended: {reason, failed, connected, durationMs} (see endCall); null before.
+  let ended = null;
+  const microphoneProblem = whyNoMicrophone();
   // How each move went: {outcome, statuses, ms, marks, gapMs} (see migrate).
   let migrations = [];
 
@@ -87,32 +97,75 @@
     ui.pcState.textContent = conn;
     ui.iceState.textContent = ice;
     setPill(session ? (session.connecting && conn === "new" ? "connecting" : conn) : "idle");
-    ui.talk.disabled = !!session;
+    ui.talk.disabled = !!session || !!microphoneProblem;
     ui.talk.textContent = !session ? "Talk" : conn === "connected" ? "Connected" : "Connecting…";
     ui.hangup.disabled = !session;
     const dc = session && session.dc;
     ui.dcState.textContent = dc ? dc.readyState : "closed";
   }
 
+  // One event as the list shows it: its type first, then what it says in words or key=value
+  // pairs. ``own``: the echo of this page's own ping (sent every second to time the round
+  // trip), shown muted so that the server's own events stand out.
+  function describeEvent(m) {
+    const data = m.data;
+    if (typeof data !== "object" || data === null || Array.isArray(data)) {
+      return { type: "text", text: String(typeof data === "string" ? data : JSON.stringify(data)), own: false };
+    }
+    const inner = data.type === "echo" && data.event && typeof data.event === "object" ? data.event : null;
+    if (inner && inner.type === "ping" && m.roundTripMs != null) {
+      return { type: "ping", text: `echoed back in ${m.roundTripMs} ms`, own: true };
+    }
+    const fields = (o, skip) =>
+      Object.entries(o)
+        .filter(([k]) => k !== skip)
+        .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+        .join("  ");
+    if (inner) {
+      return { type: `echo of ${inner.type || "an event"}`, text: fields(inner, "type"), own: false };
+    }
+    return { type: String(data.type || "event"), text: fields(data, "type"), own: false };
+  }
+
   function renderMessages() {
     ui.messages.replaceChildren();
-    const newest = messages.slice(-SHOWN_MESSAGES).reverse();
+    // Consecutive echoes of our own pings are one line, with how many.
+    const rows = [];
+    for (const m of messages) {
+      const shown = describeEvent(m);
+      const prev = rows[rows.length - 1];
+      if (shown.own && prev && prev.own) {
+        prev.count += 1;
+        prev.text = shown.text;
+        prev.at = m.at;
+      } else {
+        rows.push({ ...shown, at: m.at, count: 1 });
+      }
+    }
+    const newest = rows.slice(-SHOWN_MESSAGES).reverse();
     if (newest.length === 0) {
       const li = document.createElement("li");
       li.className = "muted empty";
-      li.textContent = "Messages from the server appear here.";
+      li.textContent = "Events from the server appear here, newest first.";
       ui.messages.append(li);
       return;
     }
-    for (const m of newest) {
+    for (const row of newest) {
       const li = document.createElement("li");
+      if (row.own) li.className = "own";
       const time = document.createElement("time");
-      time.textContent = new Date(m.at).toLocaleTimeString();
+      time.textContent = new Date(row.at).toLocaleTimeString();
       const type = document.createElement("span");
       type.className = "type";
-      type.textContent = (m.data && m.data.type) || "text";
+      type.textContent = row.type;
+      if (row.own) {
+        const tag = document.createElement("span");
+        tag.className = "tag";
+        tag.textContent = row.count > 1 ? `this page's, ×${row.count}` : "this page's";
+        type.append(tag);
+      }
       const body = document.createElement("code");
-      body.textContent = typeof m.data === "string" ? m.data : JSON.stringify(m.data);
+      body.textContent = row.text;
       li.append(time, type, body);
       ui.messages.append(li);
     }
@@ -125,10 +178,12 @@
     } catch (_) {
       // not JSON: keep the text as it came
     }
-    messages.push({ at: Date.now(), data });
+    const m = { at: Date.now(), data, roundTripMs: null };
+    messages.push(m);
     if (messages.length > MAX_MESSAGES) messages = messages.slice(-MAX_MESSAGES);
-    if (data && data.type === "echo" && data.event && data.event.type === "ping") {
-      dcRoundTripMs = Date.now() - data.event.t;
+    const inner = data && data.type === "echo" ? data.event : null;
+    if (inner && inner.type === "ping" && typeof inner.t === "number") {
+      dcRoundTripMs = m.roundTripMs = Date.now() - inner.t;
     }
     if (data && data.type === "session.migrate" && session) migrate(session, data);
     renderMessages();
@@ -377,7 +432,12 @@
 
   async function talk() {
     if (session) return;
+    if (microphoneProblem) {
+      showNotice(microphoneProblem);
+      return;
+    }
     showError(null);
+    showEnded(null);
     messages = [];
     dcRoundTripMs = null;
     hangupStatus = null;
@@ -392,6 +452,8 @@
       connecting: true,
       timer: null,
       authorization: {},
+      connectedAt: null, // performance.now() when it connected: the call's duration from there
+      startedAt: started,
     };
     // Milliseconds since Talk, to a tenth (also performance marks "rtcedge:<name>"): the
     // browser test's --repeat reads POST -> answer and answer -> connected from them.
@@ -462,8 +524,9 @@
       renderStates();
     } catch (e) {
       if (session === s) {
-        await hangUp();
-        showError(e.message || String(e));
+        const why = e.message || String(e);
+        await endCall(why, true);
+        showError(why);
       }
     }
   }
@@ -481,9 +544,17 @@
       if (session !== s || s.pc !== pc) return;
       if (pc.connectionState === "connected" && s.timings.connectedMs == null) {
         s.mark("connectedMs");
+        s.connectedAt = performance.now();
       }
       if (pc.connectionState === "failed") {
-        showError(`Connection failed (ICE ${pc.iceConnectionState}). Is the relay reachable?`);
+        // The call is over: end it here too, so that Talk can start the next one.
+        const why = `Connection failed (ICE ${pc.iceConnectionState}). Is the relay reachable?`;
+        endCall(why, true).then(() => showError(why));
+        return;
+      }
+      if (pc.connectionState === "closed") {
+        endCall("the server ended the call", false);
+        return;
       }
       renderStates();
     };
@@ -497,13 +568,52 @@
   }
 
   async function hangUp() {
+    await endCall("you hung up", false);
+  }
+
+  // "m:ss" of a call's duration, or "N.N s" under a minute.
+  function formatDuration(ms) {
+    const s = ms / 1000;
+    if (s < 60) return `${s.toFixed(1)} s`;
+    const whole = Math.round(s);
+    return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
+  }
+
+  function showEnded(record) {
+    ended = record;
+    if (!record) {
+      ui.ended.hidden = true;
+      ui.ended.textContent = "";
+      return;
+    }
+    const how = record.connected
+      ? `Call ended after ${formatDuration(record.durationMs)}: ${record.reason}.`
+      : `Call failed before it connected: ${record.reason}.`;
+    ui.ended.textContent = `${how} Press Talk to call again.`;
+    ui.ended.dataset.failed = String(record.failed);
+    ui.ended.hidden = false;
+  }
+
+  // Ends the session, however it ends (hang-up, a refusal, a failed connection, the server):
+  // the server's session deleted, the connection closed, the figures cleared, Talk ready
+  // again, and a line that says how long the call lasted and why it ended.
+  async function endCall(reason, failed) {
     const s = session;
     if (!s) return;
     session = null;
     clearInterval(s.timer);
+    const now = performance.now();
+    const connected = s.connectedAt != null;
+    const finalState = s.pc && s.pc.connectionState === "failed" ? "failed" : "closed";
     if (s.pc) {
-      last = { connectionState: "closed", iceConnectionState: "closed", timings: s.timings };
+      last = { connectionState: finalState, iceConnectionState: "closed", timings: s.timings };
     }
+    showEnded({
+      reason,
+      failed,
+      connected,
+      durationMs: connected ? Math.round(now - s.connectedAt) : null,
+    });
     renderStates();
     // End the server's session first (WHIP DELETE), then close here: a server that saw our DTLS
     // close first may already have forgotten the session and answer 404.
@@ -530,6 +640,7 @@
     ui.audio.srcObject = null;
     ui.micLevel.style.width = "0";
     ui.echoLevel.style.width = "0";
+    for (const field of [ui.rtt, ui.remoteAddr, ui.sent, ui.received]) field.textContent = "-";
     renderStates();
     if (deleteError) showError(deleteError);
   }
@@ -545,9 +656,67 @@
     }
   });
 
+  // Why this page cannot have the microphone, in words, with what to do; null when it can.
+  function whyNoMicrophone() {
+    const port = window.location.port ? `:${window.location.port}` : "";
+    if (!window.isSecureContext) {
+      return (
+        `The microphone is unavailable: this page came over plain http from ` +
+        `${window.location.host}, and browsers give the microphone only to secure pages ` +
+        `(https, or http on this machine itself as localhost). Open it over https: start the ` +
+        `server with \`rtcedge up --https\` and open https://${window.location.hostname}${port}/ ` +
+        `(accept the warning about its self-signed certificate after comparing the SHA-256 ` +
+        `fingerprint it prints); or, on the machine that runs it, open http://localhost${port}/.`
+      );
+    }
+    if (!navigator.mediaDevices || typeof navigator.mediaDevices.getUserMedia !== "function") {
+      return (
+        "The microphone is unavailable: this browser gives pages no access to it " +
+        "(navigator.mediaDevices is missing). Try a current Chrome, Firefox or Safari, " +
+        "outside an embedded view."
+      );
+    }
+    return null;
+  }
+
+  function showNotice(text) {
+    ui.notice.textContent = text || "";
+    ui.notice.hidden = !text;
+  }
+
+  // What answers the caller, as the server says (GET /page.json): the header names it.
+  const BACKENDS = {
+    echo: "The backend is an echo: you hear your own voice come back.",
+    websocket: "The backend is a voice service over WebSocket (rtcedge's backend protocol).",
+    realtime: "The backend is a model server speaking the Realtime API: talk to it.",
+    "media-streams": "The backend is a telephony bot (Media Streams): talk to it.",
+    grpc: "The backend is a gRPC service (rtcedge's backend protocol).",
+    plugin: "The backend is a plugin running inside the transceiver.",
+  };
+  let backend = null; // the server's /page.json, once it answered
+
+  async function askBackend() {
+    try {
+      const response = await fetch("/page.json", { signal: AbortSignal.timeout(5000) });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      backend = await response.json();
+    } catch (e) {
+      ui.backend.textContent = "(The server did not say which backend answers.)";
+      return;
+    }
+    let text = BACKENDS[backend.backend] || `The backend is ${backend.backend}.`;
+    if (backend.backend === "echo" && backend.audio_format === "opus") {
+      text = text.replace(".", " (your Opus packets, passed through).");
+    }
+    ui.backend.textContent = text;
+    document.title = `rtcedge · talk to the ${backend.backend === "echo" ? "echo" : "backend"}`;
+  }
+
   ui.talk.addEventListener("click", talk);
   ui.hangup.addEventListener("click", hangUp);
+  showNotice(microphoneProblem);
   renderStates();
+  askBackend();
 
   window.rtcedge = {
     state: () => {
@@ -557,6 +726,10 @@
         iceConnectionState: pc ? pc.iceConnectionState : session ? "new" : last.iceConnectionState,
         error,
         hangupStatus,
+        ended: ended ? { ...ended } : null,
+        talkEnabled: !ui.talk.disabled,
+        notice: microphoneProblem,
+        backend,
         location: session ? session.location : null,
         migrations: migrations.map((m) => ({ ...m })),
       };

@@ -168,7 +168,10 @@ class EchoCall:
         self.direct_echo: _EchoInbound | None = None
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.first_event_id: str | None = None
-        self.pc.createDataChannel("events").on("message", self._on_event)
+        self.channel_open_at: float | None = None  # the data channel open (SCTP and DCEP done)
+        channel = self.pc.createDataChannel("events")
+        channel.on("message", self._on_event)
+        channel.on("open", self._on_channel_open)
         tone = self.tone
         # Beeps: every packet decoded (their silence could match an encoder's silence byte for
         # byte) and no delay pattern to follow.
@@ -209,6 +212,9 @@ class EchoCall:
         if self.pc.iceConnectionState in ("connected", "completed") and self.ice_at is None:
             self.ice_at = time.monotonic()
 
+    def _on_channel_open(self) -> None:
+        self.channel_open_at = time.monotonic()
+
     def _on_event(self, message: Any) -> None:
         if self.first_event_id is None and isinstance(message, str):
             with contextlib.suppress(ValueError, AttributeError):
@@ -244,11 +250,13 @@ class EchoCall:
         echo_s: float = 0.0,
         retries: int = 0,
         signalling: str = WHIP,
+        wait_channel: bool = False,
     ) -> None:
         """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
-        first echo of its own tone came back. A Janus call makes its session and handle
-        before the offer, as a page does when it loads (``janus_open_s``): the offer to
-        connected is timed alike for both."""
+        first echo of its own tone came back (and, with ``wait_channel``, its data channel
+        open: the connect benchmark's CPU window ends when the whole call is up). A Janus call
+        makes its session and handle before the offer, as a page does when it loads
+        (``janus_open_s``): the offer to connected is timed alike for both."""
         from aiortc import RTCSessionDescription
 
         try:
@@ -278,7 +286,9 @@ class EchoCall:
                     _no_decoder_thread(self.pc)
                 await self.connected.wait()
             deadline = time.monotonic() + echo_s
-            while self.echo.first_echo_at is None and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (
+                self.echo.first_echo_at is None or (wait_channel and self.channel_open_at is None)
+            ):
                 await asyncio.sleep(0.005)
         except TimeoutError:
             self.error = f"not connected within {timeout_s:.0f} s: {self.pc.connectionState}"
@@ -366,6 +376,7 @@ class EchoCall:
             "offer_to_ice_s": _since(self.offer_at, self.ice_at),
             "offer_to_connected_s": _since(self.offer_at, self.connected_at),
             "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),
+            "offer_to_channel_open_s": _since(self.offer_at, self.channel_open_at),
             "tone_checks": e.tone_checks,
             "tone_checks_own": e.tone_checks_own,
             "tone_checks_unclear": e.tone_checks_unclear,
@@ -466,9 +477,18 @@ class CallerWorker:
         ]
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
+        wait_channel = cmd.get("wait_channel", False)
         await asyncio.gather(
             *(
-                c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries, self.signalling)
+                c.connect(
+                    self.http,
+                    self.url,
+                    cmd["timeout_s"],
+                    echo_s,
+                    retries,
+                    self.signalling,
+                    wait_channel,
+                )
                 for c in new
             )
         )
@@ -625,6 +645,7 @@ def connect(
     speech: tuple[list[bytes], int] | None = None,
     signalling: str = WHIP,
     host: str = LOOPBACK,
+    wait_channel: bool = False,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
@@ -632,11 +653,12 @@ def connect(
     ``audio``: what they send, ``tone``, ``beeps`` or ``speech`` (``EchoCall``), whose
     (packets, index of the packet ending the speech) is ``speech``
     (``testbed.callers.speech_packets``); ``signalling`` ``janus``: to Janus's EchoTest at
-    ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on."""
+    ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on;
+    ``wait_channel``: the ``echo_s`` wait lasts until each call's data channel is open too."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
         message |= {"echo_s": echo_s, "light": light, "retries": retries, "audio": audio}
-        message |= {"signalling": signalling, "host": host}
+        message |= {"signalling": signalling, "host": host, "wait_channel": wait_channel}
         if speech is not None:
             packets, mark_at = speech
             encoded = [base64.b64encode(p).decode() for p in packets]

@@ -103,11 +103,13 @@ class Session:
         self.resource_id = resource_id
         self.ufrag = ufrag
         self.lifecycle = Lifecycle(now, context.limits, offer_at=offer_at)
-        self.pc = RTCPeerConnection(
-            RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
+        configuration = RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
+        # The process's certificate from the start: aiortc would make one per call otherwise.
+        self.pc = (
+            RTCPeerConnection(configuration)
+            if context.certificate is None
+            else seam.peer_connection(configuration, context.certificate())
         )
-        if context.certificate is not None:
-            seam.use_certificate(self.pc, context.certificate())
         self.ice = SharedSocketConnection(
             ufrag,
             password,

@@ -93,9 +93,12 @@ What it touches, where (class), why, and what breaks if it changes:
     Why: the data channel bounded per call (``transceiver.call.sctp``: window, gaps, backlog).
     Breaks: ``install_sctp`` refuses (each offer fails); a changed chunk flow leaves a
     caller's SCTP unbounded again (issue 21: CPU and memory per call without limit).
-13. ``peer.use_certificate``: aiortc ``RTCPeerConnection.__certificates`` set.
-    Why: one DTLS certificate per process (``transceiver.call.certificate``).
-    Breaks: ``use_certificate`` refuses (each offer fails).
+13. ``peer.use_certificate``: aiortc ``RTCPeerConnection.__certificates`` set;
+    ``peer.peer_connection``: the name ``RTCCertificate`` of ``aiortc.rtcpeerconnection``
+    swapped for the length of one ``RTCPeerConnection()`` (it never awaits), then put back.
+    Why: one DTLS certificate per process (``transceiver.call.certificate``), and no key pair
+    and certificate made per call only to be thrown away (~0.1 ms of each connect's CPU).
+    Breaks: ``use_certificate`` or ``peer_connection`` refuses (each offer fails).
 14. ``peer.SharedCertificate``: aiortc ``RTCCertificate._create_ssl_context`` and
     ``getFingerprints`` overridden.
     Why: fingerprints and OpenSSL context made once per certificate, not per call; no session
@@ -144,6 +147,7 @@ from transceiver.call.seam.peer import (
     SharedCertificate,
     check_peer,
     connect_task_of,
+    peer_connection,
     use_certificate,
 )
 from transceiver.call.seam.receiver import (
@@ -188,6 +192,7 @@ __all__ = [
     "install_sctp",
     "install_sender",
     "latch_srtp",
+    "peer_connection",
     "prompt",
     "prompt_ice",
     "send_on_nominated_pair",

@@ -110,6 +110,7 @@ class Session:
             if context.certificate is None
             else seam.peer_connection(configuration, context.certificate())
         )
+        self._connect_started = seam.track_connect(self.pc)
         self.ice = SharedSocketConnection(
             ufrag,
             password,
@@ -174,7 +175,7 @@ class Session:
         self.backend.attach_playout(self.out_track.queued_frames)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
-        self._connect_task = seam.connect_task_of(pc)
+        self._connect_task = self._connect_started()
         self.lifecycle.start_connecting(time.monotonic())
         answer_sdp = bundle.answer(pc.localDescription.sdp)
         self.audio_types = payload_types(answer_sdp, "audio")

@@ -107,10 +107,14 @@ What it touches, where (class), why, and what breaks if it changes:
     Breaks: every DTLS transport builds its context again (slower connects), the answer's
     fingerprint is not the one DTLS presents (every call fails DTLS), or (aiortc's list again)
     every call to a DTLS server with an RSA certificate (GStreamer) fails: "no shared cipher".
-15. ``peer.connect_task_of``: aiortc ``RTCPeerConnection.__connect``, found by its qualified
-    name among the running tasks.
-    Why: a session ended while aiortc connects waits for that task, then stops what it started.
-    Breaks: that teardown stops early and the RTCP tasks aiortc started afterwards leak.
+15. ``peer.track_connect``: aiortc ``RTCPeerConnection.__connect`` (checked by its qualified
+    name) replaced on the instance by a function that starts it as a task and keeps that task
+    (aiortc's ``asyncio.ensure_future`` of it returns the task as it is).
+    Why: a session ended while aiortc connects waits for that task, then stops what it started;
+    kept when started, not found among every task of the loop (a scan per answer).
+    Breaks: ``track_connect`` refuses (each offer fails); if aiortc stops starting it through
+    ``self.__connect()``, no task is kept: that teardown stops early and the RTCP tasks aiortc
+    started afterwards leak.
 
 Unexported names used outside this package, which hold no state of aiortc's or aioice's:
 ``aiortc.sdp`` (``transceiver.signaling.offer`` checks an offer with aiortc's own parser),
@@ -146,8 +150,8 @@ from transceiver.call.seam.ice import (
 from transceiver.call.seam.peer import (
     SharedCertificate,
     check_peer,
-    connect_task_of,
     peer_connection,
+    track_connect,
     use_certificate,
 )
 from transceiver.call.seam.receiver import (
@@ -184,7 +188,6 @@ __all__ = [
     "candidate_priority",
     "check",
     "check_versions",
-    "connect_task_of",
     "divert_rtp",
     "install_ice",
     "install_jitter_buffer",
@@ -196,6 +199,7 @@ __all__ = [
     "prompt",
     "prompt_ice",
     "send_on_nominated_pair",
+    "track_connect",
     "use_certificate",
 ]
 

@@ -23,10 +23,12 @@ connecting at once on one CPU then measure the transceiver rather than aiortc's 
    connected, -> connected (DTLS: media may flow), -> the first echo of its own tone, ->
    its data channel open; p50 and p95 of each step. The connect CPU of each (issue 26 item 4):
    the transceiver's CPU time (``/proc/<pid>/task/*/schedstat``, every thread) from just before
-   the caller is told to connect to its reply (connected, first echo heard, data channel
-   open), less what the idle transceiver spends in as long (its rate measured over
-   ``IDLE_S`` with no call, after the warm-up): offer, answer, ICE, DTLS, SCTP and the first
-   echo frames; p50 and p95 over the calls. Beside it, the transceiver's own view of the same
+   the caller is told to connect to its reply (connected and its data channel open), less
+   what the idle transceiver spends in as long (its rate measured over ``IDLE_S`` with no
+   call, after the warm-up): offer, answer, ICE, DTLS, SCTP and the data channel's opening,
+   and whatever audio came before the reply (the first frames, if any); p50 and p95 over the
+   calls. The first echo is waited for after that reading (``ECHO_WAIT_S``), and the call's
+   marks are taken from its hang-up. Beside it, the transceiver's own view of the same
    calls: the mean of each step of its ``rtcedge_transceiver_connect_phase_seconds`` histogram
    (null if it has none).
 2. Bursts: ``--burst`` calls at once, spread over the caller processes, ``--bursts`` times one
@@ -87,6 +89,7 @@ ANSWER_TO_CONNECTED_MS = 20.0
 BURST_CONNECT_P95_MS = 100.0
 CONNECT_CPU_MS = 3.0  # the transceiver's CPU per connect, p50 of single calls (issue 26)
 IDLE_S = 1.0  # the idle transceiver's CPU is measured over this long, before the single calls
+ECHO_WAIT_S = 0.3  # a single call's first echo, waited for after its connect CPU is read
 # A single call's steps, from the caller's marks (testbed.caller_workers.EchoCall.summary).
 SINGLE_STEPS = {
     "post_to_answer": ("offer_to_answer_s", None),
@@ -103,7 +106,7 @@ METHOD = {
     "caller's marks: POST sent, answer read, its ICE connected, connectionState connected, "
     "first echo of its own tone",
     "connect_cpu": "per single call: the transceiver's CPU time (schedstat, all threads) from "
-    "the connect command to its reply (connected, first echo, data channel open), less the idle "
+    "the connect command to its reply (connected, data channel open), less the idle "
     "transceiver's CPU rate (measured over IDLE_S with no call) times that window; p50/p95",
     "transceiver_phases": "mean per step of the transceiver's connect_phase histogram over the "
     "same K calls (docs/transceiver.md, Metrics)",
@@ -123,7 +126,7 @@ class ConnectConfig:
     bursts: int = 3  # bursts, one after another, pooled (the machine may be shared)
     calls_per_worker: int = 10
     settle_s: float = 2.0  # of echo before reading the transceiver's memory
-    echo_timeout_s: float = 3.0  # a single call's wait for its first echo
+    echo_timeout_s: float = 3.0  # a single call's wait for its data channel to open
     connect_timeout_s: float = 15.0
     drain_timeout_s: float = 15.0
     max_seconds: float = 240.0
@@ -148,7 +151,7 @@ class Stage:
     # The transceiver's own view of the same calls: mean ms per connect_phase (None: not seen).
     transceiver_phases_ms: dict[str, float | None] = field(default_factory=dict)
     # CPU time from the first POST to the last call connected, ms; for single calls, the mean
-    # per call from its POST to its first echo (its connect, without the teardown).
+    # per call from its POST to connected with its data channel open (idle not subtracted).
     transceiver_cpu_ms: float = math.nan
     callers_cpu_ms: float = math.nan
     # Single calls: each connect's own CPU at the transceiver, idle subtracted (p50/p95/n), and
@@ -237,20 +240,19 @@ def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProc
             idle_ns_per_s = idle_rate_ns(trx.proc.pid, cfg.idle_s)
             before = phase_totals(trx)
         start_ns, start_s = process_cpu_ns(trx.proc.pid)[0], time.monotonic()
-        reply = connect(
+        connect(
             {worker: [tone(i, 0)]},
             trx.url,
             cfg.connect_timeout_s,
-            cfg.echo_timeout_s,
             light=cfg.light_callers,
-            wait_channel=True,
+            channel_s=cfg.echo_timeout_s,
         )
-        call = reply[0]["calls"][0]
         used_ns, wall_s = process_cpu_ns(trx.proc.pid)[0] - start_ns, time.monotonic() - start_s
         if i > 0:
             cpu_ns += used_ns
             connects.append(connect_cpu_ms(used_ns, wall_s, idle_ns_per_s))
-        hang_up([worker])
+        time.sleep(ECHO_WAIT_S)  # its first echo (~10-25 ms after connected)
+        call = hang_up([worker])[0]["calls"][0]
         wait_sessions_ended(trx, cfg.drain_timeout_s)
         if call["error"]:
             stage.errors.append(call["error"])
@@ -385,7 +387,11 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"{len(workers)} caller workers on CPU {sorted(cpus['clients'])}"
         )
         progress = Progress(
-            [2.0 + cfg.idle_s + 0.4 * cfg.calls, 3.0 * cfg.bursts, 2 * cfg.settle_s + 4.0],
+            [
+                2.0 + cfg.idle_s + (0.1 + ECHO_WAIT_S) * cfg.calls,
+                3.0 * cfg.bursts,
+                2 * cfg.settle_s + 4.0,
+            ],
             echo,
             cfg.quick,
         )
@@ -528,8 +534,8 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
         if stage["connect_cpu_ms"]:
             cpu = stage["connect_cpu_ms"]
             echo(
-                f"  the transceiver's CPU per connect (POST -> connected, first echo, data "
-                f"channel open; idle {stage['idle_cpu_ms_per_s']:.2f} ms/s subtracted), p50/p95: "
+                f"  the transceiver's CPU per connect (POST -> connected and data channel open; "
+                f"idle {stage['idle_cpu_ms_per_s']:.2f} ms/s subtracted), p50/p95: "
                 f"{_ms(cpu)}/{_ms(cpu, 'p95')} ms over {cpu['n']} calls"
             )
         phases = stage["transceiver_phases_ms"]

@@ -169,6 +169,7 @@ class EchoCall:
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.first_event_id: str | None = None
         self.channel_open_at: float | None = None  # the data channel open (SCTP and DCEP done)
+        self.channel_opened = asyncio.Event()
         channel = self.pc.createDataChannel("events")
         channel.on("message", self._on_event)
         channel.on("open", self._on_channel_open)
@@ -214,6 +215,7 @@ class EchoCall:
 
     def _on_channel_open(self) -> None:
         self.channel_open_at = time.monotonic()
+        self.channel_opened.set()
 
     def _on_event(self, message: Any) -> None:
         if self.first_event_id is None and isinstance(message, str):
@@ -250,11 +252,12 @@ class EchoCall:
         echo_s: float = 0.0,
         retries: int = 0,
         signalling: str = WHIP,
-        wait_channel: bool = False,
+        channel_s: float = 0.0,
     ) -> None:
-        """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
-        first echo of its own tone came back (and, with ``wait_channel``, its data channel
-        open: the connect benchmark's CPU window ends when the whole call is up). A Janus call
+        """Offer, apply the answer, wait until connected; then, for up to ``channel_s``, until
+        its data channel is open (the connect benchmark's CPU window ends when the whole call
+        is up), and for up to ``echo_s``, until the first echo of its own tone came back. A
+        Janus call
         makes its session and handle before the offer, as a page does when it loads
         (``janus_open_s``): the offer to connected is timed alike for both."""
         from aiortc import RTCSessionDescription
@@ -285,10 +288,11 @@ class EchoCall:
                 if self.light:
                     _no_decoder_thread(self.pc)
                 await self.connected.wait()
+            if channel_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.channel_opened.wait(), channel_s)
             deadline = time.monotonic() + echo_s
-            while time.monotonic() < deadline and (
-                self.echo.first_echo_at is None or (wait_channel and self.channel_open_at is None)
-            ):
+            while self.echo.first_echo_at is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
         except TimeoutError:
             self.error = f"not connected within {timeout_s:.0f} s: {self.pc.connectionState}"
@@ -477,7 +481,7 @@ class CallerWorker:
         ]
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
-        wait_channel = cmd.get("wait_channel", False)
+        channel_s = cmd.get("channel_s", 0.0)
         await asyncio.gather(
             *(
                 c.connect(
@@ -487,7 +491,7 @@ class CallerWorker:
                     echo_s,
                     retries,
                     self.signalling,
-                    wait_channel,
+                    channel_s,
                 )
                 for c in new
             )
@@ -645,7 +649,7 @@ def connect(
     speech: tuple[list[bytes], int] | None = None,
     signalling: str = WHIP,
     host: str = LOOPBACK,
-    wait_channel: bool = False,
+    channel_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
@@ -654,17 +658,17 @@ def connect(
     (packets, index of the packet ending the speech) is ``speech``
     (``testbed.callers.speech_packets``); ``signalling`` ``janus``: to Janus's EchoTest at
     ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on;
-    ``wait_channel``: the ``echo_s`` wait lasts until each call's data channel is open too."""
+    ``channel_s``: each call waits up to this long for its data channel to open."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
         message |= {"echo_s": echo_s, "light": light, "retries": retries, "audio": audio}
-        message |= {"signalling": signalling, "host": host, "wait_channel": wait_channel}
+        message |= {"signalling": signalling, "host": host, "channel_s": channel_s}
         if speech is not None:
             packets, mark_at = speech
             encoded = [base64.b64encode(p).decode() for p in packets]
             message["speech"] = {"packets": encoded, "mark_at": mark_at}
         w.send(message)
-    return collect(list(shares), "connected", timeout_s + echo_s + 30)
+    return collect(list(shares), "connected", timeout_s + echo_s + channel_s + 30)
 
 
 def prepare_tones(shares: dict[WorkerProcess, list[list[int]]]) -> None:

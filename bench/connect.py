@@ -20,9 +20,17 @@ connecting at once on one CPU then measure the transceiver rather than aiortc's 
 
 1. Single calls: one warm-up call, then ``--calls`` calls one after another, each alone (the
    previous one hung up and gone): POST -> answer (the answer read), -> the caller's ICE
-   connected, -> connected (DTLS: media may flow), -> the first echo of its own tone; p50 and
-   p95 of each step. Beside it, the transceiver's own view of the same calls: the mean of each
-   step of its ``rtcedge_transceiver_connect_phase_seconds`` histogram (null if it has none).
+   connected, -> connected (DTLS: media may flow), -> the first echo of its own tone, ->
+   its data channel open; p50 and p95 of each step. The connect CPU of each (issue 26 item 4):
+   the transceiver's CPU time (``/proc/<pid>/task/*/schedstat``, every thread) from just before
+   the caller is told to connect to its reply (connected and its data channel open), less
+   what the idle transceiver spends in as long (its rate measured over ``IDLE_S`` with no
+   call, after the warm-up): offer, answer, ICE, DTLS, SCTP and the data channel's opening,
+   and whatever audio came before the reply (the first frames, if any); p50 and p95 over the
+   calls. The first echo is waited for after that reading (``ECHO_WAIT_S``), and the call's
+   marks are taken from its hang-up. Beside it, the transceiver's own view of the same
+   calls: the mean of each step of its ``rtcedge_transceiver_connect_phase_seconds`` histogram
+   (null if it has none).
 2. Bursts: ``--burst`` calls at once, spread over the caller processes, ``--bursts`` times one
    after another (pooled: the machine may be shared): POST -> answer and POST -> connected, p50
    and p95.
@@ -79,6 +87,9 @@ from transceiver.metrics import CONNECT_PHASES as PHASES
 POST_TO_ANSWER_MS = 10.0  # the criteria (single call, p50; burst, p95)
 ANSWER_TO_CONNECTED_MS = 20.0
 BURST_CONNECT_P95_MS = 100.0
+CONNECT_CPU_MS = 3.0  # the transceiver's CPU per connect, p50 of single calls (issue 26)
+IDLE_S = 1.0  # the idle transceiver's CPU is measured over this long, before the single calls
+ECHO_WAIT_S = 0.3  # a single call's first echo, waited for after its connect CPU is read
 # A single call's steps, from the caller's marks (testbed.caller_workers.EchoCall.summary).
 SINGLE_STEPS = {
     "post_to_answer": ("offer_to_answer_s", None),
@@ -87,12 +98,16 @@ SINGLE_STEPS = {
     "connected_to_first_echo": ("offer_to_first_echo_s", "offer_to_connected_s"),
     "answer_to_connected": ("offer_to_connected_s", "offer_to_answer_s"),
     "post_to_connected": ("offer_to_connected_s", None),
+    "post_to_channel_open": ("offer_to_channel_open_s", None),
 }
 PHASE_METRIC = "rtcedge_transceiver_connect_phase_seconds"
 METHOD = {
     "single": "K calls one after another, each alone, after one warm-up call; times from the "
     "caller's marks: POST sent, answer read, its ICE connected, connectionState connected, "
     "first echo of its own tone",
+    "connect_cpu": "per single call: the transceiver's CPU time (schedstat, all threads) from "
+    "the connect command to its reply (connected, data channel open), less the idle "
+    "transceiver's CPU rate (measured over IDLE_S with no call) times that window; p50/p95",
     "transceiver_phases": "mean per step of the transceiver's connect_phase histogram over the "
     "same K calls (docs/transceiver.md, Metrics)",
     "burst": "B calls at once over the caller processes (one CPU), R times one after another "
@@ -106,15 +121,16 @@ METHOD = {
 
 @dataclass(frozen=True)
 class ConnectConfig:
-    calls: int = 20  # single calls, after one warm-up
+    calls: int = 50  # single calls, after one warm-up
     burst: int = 20  # calls at once; the memory steps add this many twice
     bursts: int = 3  # bursts, one after another, pooled (the machine may be shared)
     calls_per_worker: int = 10
     settle_s: float = 2.0  # of echo before reading the transceiver's memory
-    echo_timeout_s: float = 3.0  # a single call's wait for its first echo
+    echo_timeout_s: float = 3.0  # a single call's wait for its data channel to open
     connect_timeout_s: float = 15.0
     drain_timeout_s: float = 15.0
     max_seconds: float = 240.0
+    idle_s: float = IDLE_S  # the idle transceiver's CPU rate is measured over this long
     out_dir: str = str(RESULTS_DIR)
     quick: bool = False  # a smoke test: the criteria are not judged
     light_callers: bool = True  # testbed.caller_workers.CallerWorker: light or stock aiortc
@@ -135,9 +151,13 @@ class Stage:
     # The transceiver's own view of the same calls: mean ms per connect_phase (None: not seen).
     transceiver_phases_ms: dict[str, float | None] = field(default_factory=dict)
     # CPU time from the first POST to the last call connected, ms; for single calls, the mean
-    # per call from its POST to its first echo (its connect, without the teardown).
+    # per call from its POST to connected with its data channel open (idle not subtracted).
     transceiver_cpu_ms: float = math.nan
     callers_cpu_ms: float = math.nan
+    # Single calls: each connect's own CPU at the transceiver, idle subtracted (p50/p95/n), and
+    # the idle rate subtracted, ms of CPU per s.
+    connect_cpu_ms: dict[str, float] = field(default_factory=dict)
+    idle_cpu_ms_per_s: float = math.nan
     p95_per_burst_ms: list[float] = field(default_factory=list)  # POST -> connected, each burst
 
 
@@ -149,6 +169,13 @@ def step_ms(calls: list[dict[str, Any]], end: str, start: str | None) -> list[fl
         if b is not None and a is not None:
             out.append((b - a) * 1000)
     return sorted(out)
+
+
+def connect_cpu_ms(cpu_ns: int, wall_s: float, idle_ns_per_s: float) -> float:
+    """A connect's own CPU, ms: the transceiver's CPU over the connect's window less what the
+    idle transceiver spends in as long (its timers, its metrics), so that a slow caller does
+    not count as the transceiver's cost."""
+    return (cpu_ns - idle_ns_per_s * wall_s) / 1e6
 
 
 def summarize_ms(values: list[float]) -> dict[str, float]:
@@ -200,26 +227,32 @@ def phase_means_ms(
 
 # -- the stages ------------------------------------------------------------------------------------
 def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProcess) -> Stage:
-    """One warm-up call, then ``cfg.calls`` calls one after another, each alone."""
+    """One warm-up call, the idle transceiver's CPU rate, then ``cfg.calls`` calls one after
+    another, each alone."""
     assert trx.proc is not None
     stage = Stage("single")
     before: dict[str, tuple[float, float]] = {}
     cpu_ns = 0
+    idle_ns_per_s = 0.0
+    connects: list[float] = []
     for i in range(cfg.calls + 1):
         if i == 1:
+            idle_ns_per_s = idle_rate_ns(trx.proc.pid, cfg.idle_s)
             before = phase_totals(trx)
-        start_ns = process_cpu_ns(trx.proc.pid)[0]
-        reply = connect(
+        start_ns, start_s = process_cpu_ns(trx.proc.pid)[0], time.monotonic()
+        connect(
             {worker: [tone(i, 0)]},
             trx.url,
             cfg.connect_timeout_s,
-            cfg.echo_timeout_s,
             light=cfg.light_callers,
+            channel_s=cfg.echo_timeout_s,
         )
-        call = reply[0]["calls"][0]
+        used_ns, wall_s = process_cpu_ns(trx.proc.pid)[0] - start_ns, time.monotonic() - start_s
         if i > 0:
-            cpu_ns += process_cpu_ns(trx.proc.pid)[0] - start_ns
-        hang_up([worker])
+            cpu_ns += used_ns
+            connects.append(connect_cpu_ms(used_ns, wall_s, idle_ns_per_s))
+        time.sleep(ECHO_WAIT_S)  # its first echo (~10-25 ms after connected)
+        call = hang_up([worker])[0]["calls"][0]
         wait_sessions_ended(trx, cfg.drain_timeout_s)
         if call["error"]:
             stage.errors.append(call["error"])
@@ -227,6 +260,8 @@ def single_calls(cfg: ConnectConfig, trx: TransceiverProcess, worker: WorkerProc
             stage.calls.append(call)
     stage.transceiver_phases_ms = phase_means_ms(before, phase_totals(trx))
     stage.transceiver_cpu_ms = cpu_ns / 1e6 / max(1, cfg.calls)
+    stage.connect_cpu_ms = summarize_ms(sorted(connects))
+    stage.idle_cpu_ms_per_s = idle_ns_per_s / 1e6
     for step, (end, start) in SINGLE_STEPS.items():
         stage.ms[step] = summarize_ms(step_ms(stage.calls, end, start))
     return stage
@@ -302,6 +337,15 @@ def warm_up(cfg: ConnectConfig, trx: TransceiverProcess, workers: list[WorkerPro
     wait_sessions_ended(trx, cfg.drain_timeout_s)
 
 
+def idle_rate_ns(pid: int, seconds: float) -> float:
+    """The idle transceiver's CPU, ns per second, over ``seconds`` with no call (after a short
+    settle: the hang-up before it may still be finishing)."""
+    time.sleep(0.2)
+    start_ns, start_s = process_cpu_ns(pid)[0], time.monotonic()
+    time.sleep(seconds)
+    return (process_cpu_ns(pid)[0] - start_ns) / (time.monotonic() - start_s)
+
+
 def callers_cpu_ns(workers: list[WorkerProcess]) -> int:
     return sum(process_cpu_ns(w.pid)[0] for w in workers)
 
@@ -343,7 +387,13 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
             f"{len(workers)} caller workers on CPU {sorted(cpus['clients'])}"
         )
         progress = Progress(
-            [2.0 + 0.4 * cfg.calls, 3.0 * cfg.bursts, 2 * cfg.settle_s + 4.0], echo, cfg.quick
+            [
+                2.0 + cfg.idle_s + (0.1 + ECHO_WAIT_S) * cfg.calls,
+                3.0 * cfg.bursts,
+                2 * cfg.settle_s + 4.0,
+            ],
+            echo,
+            cfg.quick,
         )
         progress.announce(
             f"{cfg.calls} single calls, {cfg.bursts} x {cfg.burst} calls at once, memory at "
@@ -386,7 +436,8 @@ def run(cfg: ConnectConfig, echo: Echo = click.echo) -> dict[str, Any]:
 
 
 def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
-    single = result["stages"][0]["ms"]
+    stage = result["stages"][0]
+    single = stage["ms"]
     out = [
         criterion(
             f"single call: POST -> answer p50 <= {POST_TO_ANSWER_MS:g} ms",
@@ -397,6 +448,11 @@ def criteria(result: dict[str, Any]) -> list[dict[str, Any]]:
             f"single call: answer -> connected p50 <= {ANSWER_TO_CONNECTED_MS:g} ms",
             single["answer_to_connected"]["p50"],
             ANSWER_TO_CONNECTED_MS,
+        ),
+        criterion(
+            f"single call: the transceiver's connect CPU p50 <= {CONNECT_CPU_MS:g} ms",
+            stage["connect_cpu_ms"].get("p50", math.nan),
+            CONNECT_CPU_MS,
         ),
     ]
     bursts = [s for s in result["stages"] if s["name"] == "burst"]
@@ -436,8 +492,10 @@ def single_line(s: dict[str, Any]) -> str:
         f"{len(s['calls'])} single calls, p50 ms: POST->answer {_ms(ms['post_to_answer'])}, "
         f"->ICE {_ms(ms['answer_to_ice'])}, ->connected {_ms(ms['ice_to_connected'])}, "
         f"->first echo {_ms(ms['connected_to_first_echo'])}; answer->connected "
-        f"{_ms(ms['answer_to_connected'])}; transceiver CPU {s['transceiver_cpu_ms']:.1f} ms "
-        "per call" + (f"; errors: {'; '.join(s['errors'][:3])}" if s["errors"] else "")
+        f"{_ms(ms['answer_to_connected'])}; the transceiver's connect CPU p50/p95 "
+        f"{_ms(s['connect_cpu_ms'])}/{_ms(s['connect_cpu_ms'], 'p95')} ms (idle "
+        f"{s['idle_cpu_ms_per_s']:.2f} ms/s subtracted)"
+        + (f"; errors: {'; '.join(s['errors'][:3])}" if s["errors"] else "")
     )
 
 
@@ -473,6 +531,13 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
     for stage in result["stages"]:
         steps = "; ".join(f"{k} {_ms(v)}/{_ms(v, 'p95')}" for k, v in stage["ms"].items())
         echo(f"{stage['name']} ({len(stage['calls'])} calls), p50/p95 ms: {steps}")
+        if stage["connect_cpu_ms"]:
+            cpu = stage["connect_cpu_ms"]
+            echo(
+                f"  the transceiver's CPU per connect (POST -> connected and data channel open; "
+                f"idle {stage['idle_cpu_ms_per_s']:.2f} ms/s subtracted), p50/p95: "
+                f"{_ms(cpu)}/{_ms(cpu, 'p95')} ms over {cpu['n']} calls"
+            )
         phases = stage["transceiver_phases_ms"]
         echo(
             "  transceiver's view, mean ms per step: "
@@ -488,8 +553,8 @@ def print_report(result: dict[str, Any], echo: Echo) -> None:
 EXAMPLES = """
 \b
 Examples:
-  rtcedge bench connect                 # 20 single calls, 3 bursts of 20, memory at 0/20/40
-  rtcedge bench connect --calls 50
+  rtcedge bench connect                 # 50 single calls, 3 bursts of 20, memory at 0/20/40
+  rtcedge bench connect --calls 20 --bursts 1
   rtcedge bench connect --quick         # smoke test: 3 single calls, bursts of 4
 \b
 Prints a line per stage as it goes, then PASS/FAIL per criterion (a --quick run does not judge
@@ -501,9 +566,9 @@ them), writes the JSON result and its plot, and exits 0 whatever the figures are
 @click.option(
     "--calls",
     type=click.IntRange(min=1, max=500),
-    default=20,
+    default=50,
     show_default=True,
-    help="Single calls, one after another (after one warm-up call).",
+    help="Single calls, one after another (after one warm-up call); each one's connect CPU.",
 )
 @click.option(
     "--burst",
@@ -546,6 +611,7 @@ def connect_bench(
             burst=4,
             bursts=1,
             settle_s=0.5,
+            idle_s=0.5,
             max_seconds=min(max_seconds, 80.0),
             out_dir=out_dir,
             quick=True,

@@ -168,7 +168,11 @@ class EchoCall:
         self.direct_echo: _EchoInbound | None = None
         # A data channel, as real voice clients have (events): the transceiver pays for SCTP.
         self.first_event_id: str | None = None
-        self.pc.createDataChannel("events").on("message", self._on_event)
+        self.channel_open_at: float | None = None  # the data channel open (SCTP and DCEP done)
+        self.channel_opened = asyncio.Event()
+        channel = self.pc.createDataChannel("events")
+        channel.on("message", self._on_event)
+        channel.on("open", self._on_channel_open)
         tone = self.tone
         # Beeps: every packet decoded (their silence could match an encoder's silence byte for
         # byte) and no delay pattern to follow.
@@ -209,6 +213,10 @@ class EchoCall:
         if self.pc.iceConnectionState in ("connected", "completed") and self.ice_at is None:
             self.ice_at = time.monotonic()
 
+    def _on_channel_open(self) -> None:
+        self.channel_open_at = time.monotonic()
+        self.channel_opened.set()
+
     def _on_event(self, message: Any) -> None:
         if self.first_event_id is None and isinstance(message, str):
             with contextlib.suppress(ValueError, AttributeError):
@@ -244,11 +252,14 @@ class EchoCall:
         echo_s: float = 0.0,
         retries: int = 0,
         signalling: str = WHIP,
+        channel_s: float = 0.0,
     ) -> None:
-        """Offer, apply the answer, wait until connected; then, for up to ``echo_s``, until the
-        first echo of its own tone came back. A Janus call makes its session and handle
-        before the offer, as a page does when it loads (``janus_open_s``): the offer to
-        connected is timed alike for both."""
+        """Offer, apply the answer, wait until connected; then, for up to ``channel_s``, until
+        its data channel is open (the connect benchmark's CPU window ends when the whole call
+        is up), and for up to ``echo_s``, until the first echo of its own tone came back. A
+        Janus call
+        makes its session and handle before the offer, as a page does when it loads
+        (``janus_open_s``): the offer to connected is timed alike for both."""
         from aiortc import RTCSessionDescription
 
         try:
@@ -277,6 +288,9 @@ class EchoCall:
                 if self.light:
                     _no_decoder_thread(self.pc)
                 await self.connected.wait()
+            if channel_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.channel_opened.wait(), channel_s)
             deadline = time.monotonic() + echo_s
             while self.echo.first_echo_at is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
@@ -366,6 +380,7 @@ class EchoCall:
             "offer_to_ice_s": _since(self.offer_at, self.ice_at),
             "offer_to_connected_s": _since(self.offer_at, self.connected_at),
             "offer_to_first_echo_s": _since(self.offer_at, e.first_echo_at),
+            "offer_to_channel_open_s": _since(self.offer_at, self.channel_open_at),
             "tone_checks": e.tone_checks,
             "tone_checks_own": e.tone_checks_own,
             "tone_checks_unclear": e.tone_checks_unclear,
@@ -466,9 +481,18 @@ class CallerWorker:
         ]
         self.calls += new
         echo_s, retries = cmd.get("echo_s", 0.0), cmd.get("retries", 0)
+        channel_s = cmd.get("channel_s", 0.0)
         await asyncio.gather(
             *(
-                c.connect(self.http, self.url, cmd["timeout_s"], echo_s, retries, self.signalling)
+                c.connect(
+                    self.http,
+                    self.url,
+                    cmd["timeout_s"],
+                    echo_s,
+                    retries,
+                    self.signalling,
+                    channel_s,
+                )
                 for c in new
             )
         )
@@ -625,6 +649,7 @@ def connect(
     speech: tuple[list[bytes], int] | None = None,
     signalling: str = WHIP,
     host: str = LOOPBACK,
+    channel_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Each worker connects its share of calls ([id, tone Hz] each) to the WHIP ``url`` (and
     waits up to ``echo_s`` more for each one's first echo); ``light``: light callers
@@ -632,17 +657,18 @@ def connect(
     ``audio``: what they send, ``tone``, ``beeps`` or ``speech`` (``EchoCall``), whose
     (packets, index of the packet ending the speech) is ``speech``
     (``testbed.callers.speech_packets``); ``signalling`` ``janus``: to Janus's EchoTest at
-    ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on."""
+    ``url`` instead (``EchoCall``); ``host``: the address the calls' ICE gathers on;
+    ``channel_s``: each call waits up to this long for its data channel to open."""
     for w, share in shares.items():
         message = {"cmd": "connect", "url": url, "calls": share, "timeout_s": timeout_s}
         message |= {"echo_s": echo_s, "light": light, "retries": retries, "audio": audio}
-        message |= {"signalling": signalling, "host": host}
+        message |= {"signalling": signalling, "host": host, "channel_s": channel_s}
         if speech is not None:
             packets, mark_at = speech
             encoded = [base64.b64encode(p).decode() for p in packets]
             message["speech"] = {"packets": encoded, "mark_at": mark_at}
         w.send(message)
-    return collect(list(shares), "connected", timeout_s + echo_s + 30)
+    return collect(list(shares), "connected", timeout_s + echo_s + channel_s + 30)
 
 
 def prepare_tones(shares: dict[WorkerProcess, list[list[int]]]) -> None:

@@ -22,6 +22,7 @@ SINGLE_STEPS = {
     "connected_to_first_echo",
     "answer_to_connected",
     "post_to_connected",
+    "post_to_channel_open",
 }
 PHASES = {"offer", "answer", "first_check", "ice", "dtls", "audio_in", "audio_out"}
 
@@ -45,6 +46,9 @@ def test_quick_run_measures_single_calls_a_burst_and_memory(tmp_path: Path) -> N
     # The transceiver's own breakdown of the same calls: every step seen.
     assert set(single["transceiver_phases_ms"]) == PHASES
     assert all(v is not None for v in single["transceiver_phases_ms"].values()), single
+    # Each connect's own CPU at the transceiver (idle subtracted): a figure for every call.
+    assert single["connect_cpu_ms"]["n"] == 3 and single["connect_cpu_ms"]["p50"] > 0
+    assert single["idle_cpu_ms_per_s"] >= 0
     for stage in (first, more):
         assert len(stage["calls"]) == 4 and not stage["errors"], stage["errors"]
         assert all(c["connected"] for c in stage["calls"])
@@ -53,5 +57,13 @@ def test_quick_run_measures_single_calls_a_burst_and_memory(tmp_path: Path) -> N
     assert [p["sessions_active"] for p in points] == [0, 4, 8]
     assert all(p["rss_mb"] > 0 for p in points)
     assert result["memory"]["mb_per_call"] is not None
-    assert len(result["criteria"]) == 3
+    assert len(result["criteria"]) == 4
     assert_quick_run_output(stdout, steps=3)
+
+
+def test_connect_cpu_subtracts_what_the_idle_transceiver_spends_in_as_long() -> None:
+    from bench.connect import connect_cpu_ms
+
+    # 9 ms of CPU over a 40 ms window, idle at 3 ms of CPU per s: 0.12 ms of it was idle work.
+    assert connect_cpu_ms(9_000_000, 0.040, 3_000_000.0) == pytest.approx(8.88)
+    assert connect_cpu_ms(9_000_000, 0.040, 0.0) == pytest.approx(9.0)

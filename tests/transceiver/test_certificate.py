@@ -16,7 +16,7 @@ from tests.support.waits import run
 from tests.support.whip import make_offer
 from tests.transceiver.test_session import PASSWORD, SESSION_ID, UFRAG, Host
 from transceiver.call.certificate import CertificateHolder
-from transceiver.call.seam import SharedCertificate, use_certificate
+from transceiver.call.seam import SharedCertificate, peer_connection, use_certificate
 from transceiver.call.session import Session
 
 DAY = 24 * 3600.0
@@ -73,6 +73,58 @@ def test_use_certificate_only_before_the_offer_is_applied():
         with pytest.raises(RuntimeError, match="before"):
             use_certificate(pc, certificate)
         await pc.close()
+
+    run(go())
+
+
+def test_a_peer_connection_made_with_the_process_certificate_makes_none_of_its_own(monkeypatch):
+    """aiortc's constructor would make a key pair and certificate per call only to have it
+    replaced: ``peer_connection`` hands it the process's instead, answers with its fingerprint,
+    and leaves aiortc's own constructor as it was for anyone else."""
+    import aiortc.rtcpeerconnection as module
+    from aiortc import RTCConfiguration
+
+    made = []
+    generate = RTCCertificate.generateCertificate.__func__  # type: ignore[attr-defined]
+
+    def counted(cls):  # type: ignore[no-untyped-def]
+        made.append(cls)
+        return generate(cls)
+
+    certificate = SharedCertificate.generateCertificate()
+    monkeypatch.setattr(RTCCertificate, "generateCertificate", classmethod(counted))
+
+    async def go():
+        pc = peer_connection(RTCConfiguration(iceServers=[]), certificate)
+        assert made == [], "no certificate of its own"
+        assert module.RTCCertificate is RTCCertificate, "aiortc's name put back"
+        offer = await offer_description()  # its caller's peer connection makes one
+        await pc.setRemoteDescription(offer)
+        answer = await pc.createAnswer()
+        assert f"a=fingerprint:sha-256 {fingerprint(certificate)}" in answer.sdp
+        await pc.close()
+        before = len(made)
+        RTCPeerConnection()  # anyone else's peer connection: aiortc's own certificate
+        assert len(made) == before + 1
+
+    run(go())
+
+
+def test_a_peer_connection_is_refused_on_an_aiortc_that_names_its_certificate_otherwise(
+    monkeypatch,
+):
+    import aiortc.rtcpeerconnection as module
+    from aiortc import RTCConfiguration
+
+    from transceiver.call.seam.peer import check_peer
+
+    monkeypatch.delattr(module, "RTCCertificate")
+
+    async def go():
+        certificate = SharedCertificate.generateCertificate()
+        with pytest.raises(RuntimeError, match="certificates elsewhere"):
+            peer_connection(RTCConfiguration(iceServers=[]), certificate)
+        assert "aiortc.rtcpeerconnection.RTCCertificate" in check_peer()
 
     run(go())
 

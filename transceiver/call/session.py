@@ -103,11 +103,14 @@ class Session:
         self.resource_id = resource_id
         self.ufrag = ufrag
         self.lifecycle = Lifecycle(now, context.limits, offer_at=offer_at)
-        self.pc = RTCPeerConnection(
-            RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
+        configuration = RTCConfiguration(iceServers=[], bundlePolicy=RTCBundlePolicy.MAX_BUNDLE)
+        # The process's certificate from the start: aiortc would make one per call otherwise.
+        self.pc = (
+            RTCPeerConnection(configuration)
+            if context.certificate is None
+            else seam.peer_connection(configuration, context.certificate())
         )
-        if context.certificate is not None:
-            seam.use_certificate(self.pc, context.certificate())
+        self._connect_started = seam.track_connect(self.pc)
         self.ice = SharedSocketConnection(
             ufrag,
             password,
@@ -172,7 +175,7 @@ class Session:
         self.backend.attach_playout(self.out_track.queued_frames)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
-        self._connect_task = seam.connect_task_of(pc)
+        self._connect_task = self._connect_started()
         self.lifecycle.start_connecting(time.monotonic())
         answer_sdp = bundle.answer(pc.localDescription.sdp)
         self.audio_types = payload_types(answer_sdp, "audio")

@@ -93,9 +93,12 @@ What it touches, where (class), why, and what breaks if it changes:
     Why: the data channel bounded per call (``transceiver.call.sctp``: window, gaps, backlog).
     Breaks: ``install_sctp`` refuses (each offer fails); a changed chunk flow leaves a
     caller's SCTP unbounded again (issue 21: CPU and memory per call without limit).
-13. ``peer.use_certificate``: aiortc ``RTCPeerConnection.__certificates`` set.
-    Why: one DTLS certificate per process (``transceiver.call.certificate``).
-    Breaks: ``use_certificate`` refuses (each offer fails).
+13. ``peer.use_certificate``: aiortc ``RTCPeerConnection.__certificates`` set;
+    ``peer.peer_connection``: the name ``RTCCertificate`` of ``aiortc.rtcpeerconnection``
+    swapped for the length of one ``RTCPeerConnection()`` (it never awaits), then put back.
+    Why: one DTLS certificate per process (``transceiver.call.certificate``), and no key pair
+    and certificate made per call only to be thrown away (~0.1 ms of each connect's CPU).
+    Breaks: ``use_certificate`` or ``peer_connection`` refuses (each offer fails).
 14. ``peer.SharedCertificate``: aiortc ``RTCCertificate._create_ssl_context`` and
     ``getFingerprints`` overridden.
     Why: fingerprints and OpenSSL context made once per certificate, not per call; no session
@@ -104,10 +107,14 @@ What it touches, where (class), why, and what breaks if it changes:
     Breaks: every DTLS transport builds its context again (slower connects), the answer's
     fingerprint is not the one DTLS presents (every call fails DTLS), or (aiortc's list again)
     every call to a DTLS server with an RSA certificate (GStreamer) fails: "no shared cipher".
-15. ``peer.connect_task_of``: aiortc ``RTCPeerConnection.__connect``, found by its qualified
-    name among the running tasks.
-    Why: a session ended while aiortc connects waits for that task, then stops what it started.
-    Breaks: that teardown stops early and the RTCP tasks aiortc started afterwards leak.
+15. ``peer.track_connect``: aiortc ``RTCPeerConnection.__connect`` (checked by its qualified
+    name) replaced on the instance by a function that starts it as a task and keeps that task
+    (aiortc's ``asyncio.ensure_future`` of it returns the task as it is).
+    Why: a session ended while aiortc connects waits for that task, then stops what it started;
+    kept when started, not found among every task of the loop (a scan per answer).
+    Breaks: ``track_connect`` refuses (each offer fails); if aiortc stops starting it through
+    ``self.__connect()``, no task is kept: that teardown stops early and the RTCP tasks aiortc
+    started afterwards leak.
 
 Unexported names used outside this package, which hold no state of aiortc's or aioice's:
 ``aiortc.sdp`` (``transceiver.signaling.offer`` checks an offer with aiortc's own parser),
@@ -143,7 +150,8 @@ from transceiver.call.seam.ice import (
 from transceiver.call.seam.peer import (
     SharedCertificate,
     check_peer,
-    connect_task_of,
+    peer_connection,
+    track_connect,
     use_certificate,
 )
 from transceiver.call.seam.receiver import (
@@ -180,7 +188,6 @@ __all__ = [
     "candidate_priority",
     "check",
     "check_versions",
-    "connect_task_of",
     "divert_rtp",
     "install_ice",
     "install_jitter_buffer",
@@ -188,9 +195,11 @@ __all__ = [
     "install_sctp",
     "install_sender",
     "latch_srtp",
+    "peer_connection",
     "prompt",
     "prompt_ice",
     "send_on_nominated_pair",
+    "track_connect",
     "use_certificate",
 ]
 

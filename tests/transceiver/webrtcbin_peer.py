@@ -165,7 +165,10 @@ class Call:
         self.use_local_address(args.local_address)
         self.channel: Any = None
         self.location: str | None = None
-        self.deleted_at: float | None = None  # after the DELETE, webrtcbin's errors are expected
+        self.deleted_at: float | None = None  # when the DELETE was answered
+        # Once the DELETE is sent, webrtcbin's errors are expected: the transceiver may end SCTP
+        # and DTLS before its answer reaches us (seen on a busy machine).
+        self.delete_sent = False
         self.pcm = open(args.pcm_out, "wb")  # noqa: SIM115 (closed in finish)
         self.pcm_bytes = 0
         self.pcm_limit = int(args.audio_seconds * 4 * RATE_HZ * 2)  # room for a slow start
@@ -266,7 +269,7 @@ class Call:
     def on_bus_error(self, _bus: Gst.Bus, message: Gst.Message) -> None:
         error, debug = message.parse_error()
         reason = f"GStreamer error from {message.src.get_name()}: {error.message} ({debug})"
-        if self.deleted_at is not None:  # the transceiver ended the call: SCTP and DTLS end
+        if self.delete_sent:  # the transceiver ends the call: SCTP and DTLS end
             self.result.setdefault("errors_after_delete", []).append(reason)
             return
         self.fail(reason)
@@ -282,7 +285,7 @@ class Call:
             GLib.idle_add(self.connected)
         elif spec.name == "ice-connection-state" and nick in ("connected", "completed"):
             GLib.idle_add(self.check_audio_transport)
-        elif spec.name == "connection-state" and nick == "failed" and self.deleted_at is None:
+        elif spec.name == "connection-state" and nick == "failed" and not self.delete_sent:
             GLib.idle_add(once, self.fail, "connection-state failed")
 
     def result_ms(self) -> int:
@@ -473,6 +476,7 @@ class Call:
             return  # the channel's deadline fails the call
         self.done("channel")
         log(f"DELETE {self.location}")
+        self.delete_sent = True
         self.in_thread(lambda: http("DELETE", self.location, self.token), self.deleted)
 
     def deleted(self, reply: tuple[int, dict, str]) -> None:

@@ -12,7 +12,7 @@ to one CPU, this process (the generator) and the relay's supervisor to the other
 confirmed through the STUN + hint step, the forwarded datagrams counted at a sink that is never
 read, CPU time from /proc/<pid>/schedstat of the forwarding process. The relay runs three times:
 with its defaults (``relay``), with ``--coalesce-us 0`` (``relay-nowait``: the worker's loop
-without the coalescing wait) and with the longest wait allowed (``relay-1ms``). Only the
+without the coalescing wait) and with half the default wait (``relay-500us``). Only the
 client -> transceiver direction is offered.
 
 The load at a rate is paced: one datagram every 1/rate s, round robin over the flows, never in
@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import select
 import socket
 import subprocess
 import time
@@ -72,11 +73,12 @@ AT_RATE_VS_C_MAX = 1.2
 SATURATED_VS_C_MAX = 1.1
 SPIN_BELOW_NS = 300_000  # closer than this to the next send the generator spins, not sleeps
 # The relay variants: name -> extra ``relay serve`` arguments. ``relay``: its defaults
-# (--coalesce-us 600); ``relay-nowait``: no coalescing wait; ``relay-1ms``: the longest allowed.
+# (--coalesce-us 1000, the longest allowed); ``relay-nowait``: no coalescing wait;
+# ``relay-500us``: half the wait, for what a shorter one costs and saves.
 RELAY_VARIANTS: dict[str, list[str]] = {
     "relay": [],
     "relay-nowait": ["--coalesce-us", "0"],
-    "relay-1ms": ["--coalesce-us", str(MAX_COALESCE_US)],
+    "relay-500us": ["--coalesce-us", str(MAX_COALESCE_US // 2)],
 }
 C_VARIANT = "c"
 
@@ -141,6 +143,7 @@ def offer_paced(
     out = bytearray(payload)
     rbuf = bytearray(4096)
     ping_send, ping_recv = ping.client.sendto, ping.sink.recv_into
+    sinks = [ping.sink]
     drain(ping.sink)
     start = perf()
     mark = start + int(cfg.warmup_s * 1e9)
@@ -163,8 +166,12 @@ def offer_paced(
                 result.delays_ns.append(perf() - int.from_bytes(rbuf[n - 8 : n], "big"))
         if now < next_ns:
             gap = next_ns - now
-            if gap > SPIN_BELOW_NS:
-                time.sleep((gap - SPIN_BELOW_NS / 2) / 1e9)
+            if gap > SPIN_BELOW_NS:  # wait, but wake for a ping's reply: its delay is exact
+                wait_s = (gap - SPIN_BELOW_NS / 2) / 1e9
+                if outstanding:
+                    select.select(sinks, (), (), wait_s)
+                else:
+                    time.sleep(wait_s)
             continue
         with contextlib.suppress(OSError):  # a full buffer: not offered
             if i % every == 0:
@@ -407,6 +414,7 @@ def run(cfg: RateConfig, echo: Echo = click.echo) -> dict[str, Any]:
     ]
     result["summary"] = summarize(windows, cfg)
     result["criteria"] = criteria(result["summary"])
+    notes += shortfalls(result["summary"], cfg)
     return result
 
 
@@ -439,7 +447,8 @@ def summarize(windows: list[RateWindow], cfg: RateConfig) -> dict[str, Any]:
             delays = sorted(d for w in ws for d in w.delays_us)
             per_variant[name] = {
                 "rounds": len(ws),
-                "counted_rounds": len(basis) if rate == 0 else len(ws),
+                # Saturated: the windows that were (else all, and the figures say so).
+                "counted_rounds": sum(bool(w.saturated) for w in ws) if rate == 0 else len(ws),
                 "offered_per_s": spread([w.offered_per_s for w in basis]),
                 "packets_per_s": spread([w.packets_per_s for w in basis]),
                 "cpu_us_per_packet": spread([w.cpu_us_per_packet for w in basis]),
@@ -479,7 +488,33 @@ def ratios_at(windows: list[RateWindow]) -> dict[str, Any]:
     return out
 
 
+def shortfalls(summary: dict[str, Any], cfg: RateConfig) -> list[str]:
+    """What makes a figure mean less than it says: a generator behind its rate (its CPU is
+    shared), saturated windows that were not."""
+    out = []
+    for rate in cfg.rates:
+        for name, v in summary[str(rate)]["variants"].items():
+            offered = v["offered_per_s"]["median"]
+            if offered < 0.9 * rate:
+                out.append(f"at {rate}/s the generator offered {name} only {offered:,.0f}/s")
+    for name, v in summary["saturated"]["variants"].items():
+        if not v["counted_rounds"]:
+            out.append(
+                f"{name} was not saturated in any round (CPU "
+                f"{100 * v['cpu_fraction']['median']:.0f}%): its 'saturated' figure is not one"
+            )
+    return out
+
+
+def saturated(summary: dict[str, Any], *names: str) -> bool:
+    """Were these variants saturated in at least one round?"""
+    variants = summary["saturated"]["variants"]
+    return all(variants.get(name, {}).get("counted_rounds") for name in names)
+
+
 def criteria(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's three; one that leans on a saturated figure that was not passes never."""
+    unsaturated = " (not judged: no saturated window)"
     out = []
     at = summary.get(str(AT_RATE))
     if at is not None and "relay" in at["variants"]:
@@ -488,8 +523,8 @@ def criteria(summary: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "name": f"relay at {AT_RATE}/s <= {AT_RATE_VS_SATURATED_MAX}x its saturated cost",
                 "value": v,
-                "pass": bool(v <= AT_RATE_VS_SATURATED_MAX),
-                "detail": f"{v:.2f}x",
+                "pass": bool(v <= AT_RATE_VS_SATURATED_MAX and saturated(summary, "relay")),
+                "detail": f"{v:.2f}x" + ("" if saturated(summary, "relay") else unsaturated),
             }
         )
         r = at["ratios"].get(f"relay/{C_VARIANT}")
@@ -502,14 +537,16 @@ def criteria(summary: dict[str, Any]) -> list[dict[str, Any]]:
                     "detail": f"median {r['median']:.2f} over {r['n']} rounds",
                 }
             )
-    r = summary["saturated"]["ratios"].get(f"relay/{C_VARIANT}")
+    pair = ("relay", C_VARIANT)
+    r = summary["saturated"]["ratios"].get("/".join(pair))
     if r:
         out.append(
             {
                 "name": f"relay / C saturated <= {SATURATED_VS_C_MAX}",
                 "value": r["median"],
-                "pass": bool(r["median"] <= SATURATED_VS_C_MAX),
-                "detail": f"median {r['median']:.2f} over {r['n']} rounds",
+                "pass": bool(r["median"] <= SATURATED_VS_C_MAX and saturated(summary, *pair)),
+                "detail": f"median {r['median']:.2f} over {r['n']} rounds"
+                + ("" if saturated(summary, *pair) else unsaturated),
             }
         )
     return out

@@ -49,7 +49,7 @@ from relay.tcpconns import TcpLimits
 # and each connection is a thread of the supervisor while it lasts.
 METRICS_MAX_CONNECTIONS = 128
 TRANSCEIVER_STUN_RATE_PER_S = 2000  # --transceiver-stun-rate's default
-COALESCE_US = 600  # --coalesce-us's default (docs/relay.md, "The hot path")
+COALESCE_US = 1000  # --coalesce-us's default (docs/relay.md, "The hot path")
 MAX_COALESCE_US = 1000
 REDIS_PASSWORD_ENV = "RTCEDGE_REDIS_PASSWORD"
 EXTRA = "relay.extraArgs"  # the chart sets the option only through its pass-through

@@ -753,6 +753,7 @@ class Worker:
         coalesce = Coalescing(self.config.coalesce_us, self.config.batch_size)
         wait_s, dense_s, few = coalesce.wait_s, coalesce.dense_s, coalesce.few
         dense = waited = False
+        idle_avg = 1.0
         sleep = time.sleep
         mono = time.monotonic()
         housekeeping.serve()
@@ -769,7 +770,10 @@ class Worker:
                     if fd == wake_r:
                         _drain(wake_r)
                 mono = time.monotonic()
-                dense = mono - idle_from < dense_s
+                # Dense: the recent idle spells (a moving average, so that one short gap in
+                # sparse traffic does not start a wait that gathers nothing) are short.
+                idle_avg += (mono - idle_from - idle_avg) * 0.25
+                dense = idle_avg < dense_s
                 waited = False
             else:
                 if waited and found < 2:
@@ -819,9 +823,10 @@ class Worker:
 class Coalescing:
     """The worker loop's coalescing wait (--coalesce-us): fewer wake-ups at moderate load.
 
-    An idle worker woken by a datagram forwards it at once. If it had been idle for less than
-    half the wait (``dense_s``: at least two datagrams are due per wait; 40 echo calls send a
-    worker one every ~250 us), a round that found fewer than ``few`` datagrams is followed by a
+    An idle worker woken by a datagram forwards it at once. If its idle spells before such
+    datagrams (a moving average over the last few) were shorter than half the wait
+    (``dense_s``: at least two datagrams are due per wait; 40 echo calls send a worker one
+    every ~250 us), a round that found fewer than ``few`` datagrams is followed by a
     sleep of ``wait_s``, so that the next round takes all that came meanwhile with one
     recvmmsg and one sendmmsg per socket. The worker stops waiting when a wait gathered fewer
     than two, and goes back to poll(2) when a round finds nothing; a loaded worker (``few`` or

@@ -824,8 +824,8 @@ class Coalescing:
     """The worker loop's coalescing wait (--coalesce-us): fewer wake-ups at moderate load.
 
     An idle worker woken by a datagram forwards it at once. If its idle spells before such
-    datagrams (a moving average over the last few) were shorter than half the wait
-    (``dense_s``: at least two datagrams are due per wait; 40 echo calls send a worker one
+    datagrams (a moving average over the last few) were shorter than a third of the wait
+    (``dense_s``: at least three datagrams are due per wait; 40 echo calls send a worker one
     every ~250 us), a round that found fewer than ``few`` datagrams is followed by a
     sleep of ``wait_s``, so that the next round takes all that came meanwhile with one
     recvmmsg and one sendmmsg per socket. The worker stops waiting when a wait gathered fewer
@@ -842,8 +842,9 @@ class Coalescing:
 
     @property
     def dense_s(self) -> float:
-        """Idle for less than this before a datagram woke it: the worker is to wait."""
-        return self.wait_s / 2
+        """Idle for less than this before datagrams woke it: the worker is to wait (three are
+        due per wait; at two, a sequential ping every 500 us would wait at each)."""
+        return self.wait_s / 3
 
     @property
     def few(self) -> int:

@@ -755,6 +755,7 @@ Examples:
   rtcedge bench relay --quick               # smoke test: 2 rounds of 1 s
   rtcedge bench relay --nginx /usr/sbin/nginx --rounds 7
   rtcedge bench relay --tiers-only          # relay -> relay (route) vs relay -> transceiver
+  rtcedge bench relay --rate 2000,4000,10000,20000   # CPU per packet at fixed offered rates vs C
 \b
 Prints a line per window as it goes, then a table and PASS/FAIL for its acceptance criteria
 (a --quick run does not judge them), writes the JSON result, and exits 0 whatever the figures
@@ -833,6 +834,21 @@ are. nginx (with its stream module) is an optional second reference: skipped whe
     help="Only the relay and route variants (a relay forwarding to a transceiver vs to another "
     "relay), no reference forwarders.",
 )
+@click.option(
+    "--rate",
+    "rates",
+    default=None,
+    help="Rate mode (bench/relay_rate.py): offered packets/s, e.g. 2000,4000,10000,20000; CPU "
+    "per forwarded packet of the relay (with and without --coalesce-us) and of a C recvmmsg "
+    "forwarder at each rate and saturated. --rounds [2], --seconds [2] per rate.",
+)
+@click.option(
+    "--ping-rate",
+    type=click.IntRange(min=1, max=10_000),
+    default=200,
+    show_default=True,
+    help="Rate mode: latency pings per second among the offered packets.",
+)
 def relay_bench(
     rounds: int,
     seconds: float,
@@ -847,8 +863,15 @@ def relay_bench(
     nginx: str | None,
     quick: bool,
     tiers_only: bool,
+    rates: str | None,
+    ping_rate: int,
 ) -> None:
     """Packets/s, CPU per packet and added latency of the relay vs reference forwarders."""
+    if rates is not None:
+        run_rate_mode(
+            rates, rounds, seconds, flows, payload, ping_rate, max_packets, out_dir, quick
+        )
+        return
     if flows is None:
         flows = 1000 if workers > 1 else 64
     elif workers > 1 and flows < 1000:
@@ -872,6 +895,42 @@ def relay_bench(
         tiers_only=tiers_only,
     )
     run_and_report("relay_pps", lambda: run(cfg), print_report, cfg.out_dir, relay_figure)
+
+
+def run_rate_mode(
+    rates: str, rounds: int, seconds: float, flows: int | None, payload: int, ping_rate: int,
+    max_packets: int, out_dir: str, quick: bool,
+) -> None:  # fmt: skip
+    """``--rate``: bench/relay_rate.py, with this command's bounds (defaults of its own where
+    the option was left at the saturated mode's default)."""
+    from bench import relay_rate
+    from bench.plots.relay_rate import relay_rate_figure
+
+    ctx = click.get_current_context()
+    given = {
+        name for name in ("rounds", "seconds", "max_packets")
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    }  # fmt: skip
+    default = relay_rate.RateConfig()
+    cfg = relay_rate.RateConfig(
+        rates=relay_rate.parse_rates(rates),
+        rounds=1 if quick else (rounds if "rounds" in given else default.rounds),
+        window_s=0.5 if quick else (seconds if "seconds" in given else default.window_s),
+        warmup_s=0.1 if quick else default.warmup_s,
+        saturated_window_s=0.5 if quick else default.saturated_window_s,
+        flows=flows or default.flows,
+        payload_bytes=payload,
+        ping_rate_pps=ping_rate,
+        max_packets_per_window=(
+            max_packets if "max_packets" in given else default.max_packets_per_window
+        ),
+        out_dir=out_dir,
+        quick=quick,
+    )
+    run_and_report(
+        "relay_rate", lambda: relay_rate.run(cfg), relay_rate.print_report, out_dir,
+        relay_rate_figure,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ from relay.tcpconns import TcpLimits
 # and each connection is a thread of the supervisor while it lasts.
 METRICS_MAX_CONNECTIONS = 128
 TRANSCEIVER_STUN_RATE_PER_S = 2000  # --transceiver-stun-rate's default
+COALESCE_US = 1000  # --coalesce-us's default (docs/relay.md, "The hot path")
+MAX_COALESCE_US = 1000
 REDIS_PASSWORD_ENV = "RTCEDGE_REDIS_PASSWORD"
 EXTRA = "relay.extraArgs"  # the chart sets the option only through its pass-through
 FILE = click.Path(dir_okay=False)
@@ -363,6 +365,17 @@ class RelayConfig:
         check=between(1, 256),
         chart=EXTRA,
         help="Datagrams per recvmmsg/sendmmsg call.",
+    )
+    # The worker loop's coalescing wait (relay.worker.Worker.run): after a round that found a
+    # few datagrams while they arrive densely, sleep this long before the next recvmmsg.
+    coalesce_us: int = option(
+        "--coalesce-us",
+        default=COALESCE_US,
+        check=between(0, MAX_COALESCE_US),
+        chart=EXTRA,
+        help="Microseconds a worker waits for datagrams to gather after a round that found only "
+        "a few, while they come at least two per wait (0-1000, 0: never): fewer wake-ups at "
+        "moderate load, at most this much added latency.",
     )
     socket_buffer_bytes: int = option(
         "--socket-buffer",

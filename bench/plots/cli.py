@@ -15,12 +15,14 @@ from bench.plots.peer import peer_figure
 from bench.plots.realtime import realtime_figure
 from bench.plots.recovery import recovery_figure
 from bench.plots.relay_pps import relay_figure
+from bench.plots.relay_rate import relay_rate_figure
 from bench.plots.relay_tcp import relay_tcp_figure
 from bench.plots.sessions import sessions_figure
 from bench.plots.turn import turn_figure
 
 FIGURES: dict[str, Draw] = {
     "relay_pps": relay_figure,
+    "relay_rate": relay_rate_figure,
     "relay_tcp": relay_tcp_figure,
     "sessions": sessions_figure,
     "recovery": recovery_figure,

@@ -38,6 +38,8 @@ def run(args: list[str], env: dict[str, str] | None = None):
         (["--idle-ttl", "2"], "--idle-ttl"),
         (["--max-flows", "0"], "--max-flows"),
         (["--batch", "1000"], "--batch"),
+        (["--coalesce-us", "1001"], "--coalesce-us"),  # a wait of at most 1 ms
+        (["--coalesce-us", "-1"], "--coalesce-us"),
         (["--metrics", "localhost"], "--metrics"),
         (["--keyring", "/nonexistent/keyring.json"], "--keyring"),
         (["--deny-network", "10.0.0.300/8"], "--deny-network"),

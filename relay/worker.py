@@ -38,7 +38,6 @@ import socket
 import time
 from array import array
 from collections.abc import Hashable
-from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, sub
 
@@ -59,6 +58,7 @@ from relay import counters as C
 from relay.addresspolicy import AddressPolicy
 from relay.addrkey import AddressKeys
 from relay.admission import NO_FLOW, Admission, hint_target
+from relay.coalescing import Coalescing
 from relay.config import RelayConfig
 from relay.control import ControlBlock
 from relay.edgeflows import EdgeFlow, EdgeFlowTable
@@ -750,16 +750,14 @@ class Worker:
         sleep_ms = int(1000 * min(1.0, probe_every)) if probing else 1000
         from_peers = self._from_peers if self.peer is not None else _nothing
         from_tcp = self._from_tcp if self.tcp is not None else _nothing
-        coalesce = Coalescing(self.config.coalesce_us, self.config.batch_size)
-        wait_s, dense_s, few = coalesce.wait_s, coalesce.dense_s, coalesce.few
-        dense = waited = False
-        idle_avg = 1.0
+        coalescing = Coalescing(self.config.coalesce_us, self.config.batch_size)
+        wait_s = coalescing.wait_s
         sleep = time.sleep
         mono = time.monotonic()
         housekeeping.serve()
         while not self._stop:
             # Drain the sockets in turns, so one direction cannot starve another; sleep only
-            # when a round found nothing, or briefly (--coalesce-us, see Coalescing) when it
+            # when a round found nothing, or briefly (--coalesce-us, relay.coalescing) when it
             # found a few while datagrams come densely, so that the next round takes several.
             if cache is not None and cache.results:
                 housekeeping.restore_from_cache(self.now)
@@ -770,16 +768,9 @@ class Worker:
                     if fd == wake_r:
                         _drain(wake_r)
                 mono = time.monotonic()
-                # Dense: the recent idle spells (a moving average, so that one short gap in
-                # sparse traffic does not start a wait that gathers nothing) are short.
-                idle_avg += (mono - idle_from - idle_avg) * 0.25
-                dense = idle_avg < dense_s
-                waited = False
+                coalescing.idled(mono - idle_from)
             else:
-                if waited and found < 2:
-                    dense = False  # the last wait gathered one: not dense enough to wait
-                waited = dense and found < few
-                if waited:
+                if coalescing.wait_after(found):
                     sleep(wait_s)
                 mono = time.monotonic()
             if probing and mono >= next_probe:
@@ -817,39 +808,6 @@ class Worker:
         for fd in fds:
             poller.register(fd, select.POLLIN)
         return poller
-
-
-@dataclass(frozen=True)
-class Coalescing:
-    """The worker loop's coalescing wait (--coalesce-us): fewer wake-ups at moderate load.
-
-    An idle worker woken by a datagram forwards it at once. If its idle spells before such
-    datagrams (a moving average over the last few) were shorter than a third of the wait
-    (``dense_s``: at least three datagrams are due per wait; 40 echo calls send a worker one
-    every ~250 us), a round that found fewer than ``few`` datagrams is followed by a
-    sleep of ``wait_s``, so that the next round takes all that came meanwhile with one
-    recvmmsg and one sendmmsg per socket. The worker stops waiting when a wait gathered fewer
-    than two, and goes back to poll(2) when a round finds nothing; a loaded worker (``few`` or
-    more per round) never sleeps. A datagram waits at most ``wait_s`` plus the kernel's timer
-    slack (~50 us)."""
-
-    coalesce_us: int
-    batch_size: int
-
-    @property
-    def wait_s(self) -> float:
-        return self.coalesce_us / 1e6
-
-    @property
-    def dense_s(self) -> float:
-        """Idle for less than this before datagrams woke it: the worker is to wait (three are
-        due per wait; at two, a sequential ping every 500 us would wait at each)."""
-        return self.wait_s / 3
-
-    @property
-    def few(self) -> int:
-        """Below this many datagrams in a round, wait (0: never); an eighth of a batch."""
-        return max(1, self.batch_size // 8) if self.coalesce_us > 0 else 0
 
 
 def header_problem(

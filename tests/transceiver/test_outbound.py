@@ -546,3 +546,22 @@ def test_ntp_now_is_aiortc_s_ntp_time_without_the_datetimes():
     assert ntp_now(lambda: wall) & 0xFFFFFFFF == 2**30  # a quarter second
     assert abs(ntp_now(lambda: wall) - expected) < 2**32 // 1_000_000
     assert abs(ntp_now() - aiortc_clock.current_ntp_time()) < 2**32 // 100  # 10 ms, two reads
+
+
+def test_live_audio_held_up_by_a_stalled_loop_leaves_at_once_and_stays_live():
+    """The event loop stalled 100 ms (no tick, no packet): the five packets that waited in the
+    socket come together; all leave at once (the grid stays where the stall left it), none
+    stands in the queue, and the backend is still taken as live."""
+    now = [100.0]
+    track = opus_track([], clock=lambda: now[0])
+    sent: list[int] = []
+    track.on_due = lambda: sent.extend(pts for _, pts in track.take_due(now[0]))
+    for i in range(10):
+        now[0] = 100.0 + 0.02 * i
+        track.take_due(now[0], grid_at=now[0])
+        track.push_opus(TONE[i])
+    now[0] = 100.3
+    for i in range(10, 15):
+        track.push_opus(TONE[i])
+    assert sent == [960 * i for i in range(15)] and track.queued_frames() == 0
+    assert track._ahead is False

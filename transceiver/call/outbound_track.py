@@ -32,7 +32,7 @@ from transceiver.backend import (
 )
 from transceiver.call import opus
 from transceiver.call.libopus import DEFAULTS, EncoderSettings
-from transceiver.call.playout import MAX_HOLD_S, SEND, WAIT, Playout
+from transceiver.call.playout import FILL, MAX_HOLD_S, SEND, WAIT, Playout
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50  # on the RTP clock (48 kHz), whatever the PCM rate
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
@@ -107,6 +107,7 @@ class BackendAudioTrack(MediaStreamTrack):
         # Sends what is due now, out of the clock's tick (set by transceiver.call.outbound): live
         # audio leaves on the push that brings it.
         self.on_due: Callable[[], None] | None = None
+        self._pushing = False  # on_due runs: send what is due, fill no silence
         self.frames_out = 0
         self.frames_dropped = 0
 
@@ -152,21 +153,25 @@ class BackendAudioTrack(MediaStreamTrack):
     def _slot_filled(self, samples: int, added: int) -> None:
         """Audio came: if the playout has it due (live audio: at once), send it now. Whether the
         backend is ahead is learnt from its pushes: ahead once one leaves ``AHEAD_FRAMES``
-        queued, live again when one, half a frame or more after the last, finds nothing queued
+        queued, live again when one, half a frame or more after the last, finds fewer queued
         before it (the pushes of a burst come together: its second finds the queue its first
-        emptied, and is still ahead)."""
+        left, and is still ahead; a live source's next packet, in its rhythm, is live)."""
         now = self._clock()
         last = self.playout.pushed_at
         if (
             self._ahead
             and last is not None
             and now - last >= LIVE_PUSH_GAP_S
-            and self.queued_frames() == added
+            and self.queued_frames() - added < AHEAD_FRAMES
         ):
             self._ahead = False
         self.playout.pushed(now, samples)
         if self.on_due is not None and self.playout.decide(now, True, self._ahead) == SEND:
-            self.on_due()
+            self._pushing = True
+            try:
+                self.on_due()
+            finally:
+                self._pushing = False
         if self.queued_frames() >= AHEAD_FRAMES:
             self._ahead = True
 
@@ -247,8 +252,9 @@ class BackendAudioTrack(MediaStreamTrack):
         due: list[tuple[bytes, int]] = []
         while len(due) < limit:
             queued = bool(self._frames or self._packets)
-            if playout.decide(now, queued, self._ahead) == WAIT:
-                break
+            action = playout.decide(now, queued, self._ahead)
+            if action == WAIT or (action == FILL and self._pushing):
+                break  # a push sends audio; silence is the ticks' (more audio may be coming)
             payloads, samples = self._next()
             more = bool(self._frames or self._packets)
             # On the playout's clock, not the encoder's pts: libopus shifts its pts by its

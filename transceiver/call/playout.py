@@ -18,9 +18,11 @@ The grid: slot ``pts`` is due at ``slot_at``, real time from the first tick on. 
   server's deltas, 4x real time or more) gets each slot on its time, no sooner, except the first
   after a silence, which may go a slot early (the burst's first frame takes the next slot at
   once). And live audio only runs ahead of the grid within ``lead_s``: past it, it waits too.
-- **The grid follows a live source.** A live packet that leaves late (after its slot, within
-  the hold) moves the grid to it: the source is behind the grid, its next packet is due a frame
-  after this one, not earlier. One that leaves early pulls the grid toward it by at most
+- **The grid follows a live source.** A live packet that leaves late (after its slot, by no
+  more than ``MAX_HOLD_S``; later, it is a stalled loop's backlog, whose packets are all due at
+  once: the grid stays) moves the grid to it: the source is behind the grid, its next packet
+  is due a frame after this one, not earlier. One that leaves early pulls the grid toward it
+  by at most
   ``creep`` of its duration (2.5 %): after a late spell, the grid comes back to the source within
   a second, so a later hiccup again finds ``lead_s`` to spare; and a source faster than real time
   that pushes frame by frame still gets paced, to 1.025 x real time plus ``lead_s``.
@@ -147,8 +149,8 @@ class Playout:
                 self._credit_s = 0.0  # audio in its rhythm again, not a backlog's burst
             self._audio_at = now
             if not more:
-                if slot_at < now:  # late: the grid follows the source
-                    slot_at = now
+                if now - self.max_hold_s <= slot_at < now:  # late: the grid follows the source
+                    slot_at = now  # (later still: a stall's backlog, due at once; the grid stays)
                 elif slot_at > now:  # early: the grid creeps toward it, bounded
                     slot_at = max(now, slot_at - self.creep * samples / RATE)
         self._gap = not audio

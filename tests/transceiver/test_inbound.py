@@ -13,6 +13,7 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from testbed.callers import opus_tone_packets
 from transceiver.backend import OPUS, PCM16, OpusFrame
 from transceiver.call.inbound import FOREIGN, UNDECODABLE, BackendInlet, InboundAudio
+from transceiver.call.jitter import AudioJitterBuffer
 from transceiver.call.opus import packet_samples
 from transceiver.call.seam import InlineAudioReceiver
 from transceiver.call.seam import install_receiver as install
@@ -37,6 +38,9 @@ def packets(payloads, first_seq=65530, first_ts=2**32 - 960 * 3, samples=960):
 def test_pcm16_gives_one_mono_frame_per_20_ms_packet_in_order():
     frames: list[bytes] = []
     path = InboundAudio(PCM16, on_pcm=frames.append)
+    # A path with jitter: the buffer's depth of one frame (its adaptive depth on a clean path
+    # is zero, where a reordered packet is late: test_jitter.py).
+    path.jitter = AudioJitterBuffer(hole_wait=2)
     stream = packets(TONE[:10])
     stream[3], stream[4] = stream[4], stream[3]  # reordered by one: still played
     for p in stream:
@@ -78,6 +82,7 @@ def test_undecodable_packets_are_dropped_and_counted():
 def test_opus_passes_packets_untouched_with_their_timing():
     got: list[OpusFrame] = []
     path = InboundAudio(OPUS, on_opus=got.append)
+    path.jitter = AudioJitterBuffer(hole_wait=2)  # a path with jitter: depth one frame
     stream = packets(TONE[:5])
     for p in [stream[0], stream[2], stream[1], stream[3], stream[4]]:
         path.push(p)

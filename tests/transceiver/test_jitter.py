@@ -156,3 +156,42 @@ def test_install_replaces_the_audio_receivers_buffer():
             await callee.close()
 
     asyncio.run(go())
+
+
+def adaptive_feed(buffer: AudioJitterBuffer, seqs, arrivals) -> list[int | None]:
+    out = []
+    for seq, at in zip(seqs, arrivals, strict=True):
+        released = buffer.push(packet(seq), at)
+        out.append(None if released is None else int.from_bytes(released._data, "big"))
+    return out
+
+
+def test_an_adaptive_buffer_on_a_clean_path_has_no_depth_a_loss_costs_no_wait():
+    buffer = AudioJitterBuffer(adaptive=True)
+    seqs = [*range(0, 50), *range(51, 60)]  # packet 50 lost
+    arrivals = [100.0 + 0.02 * s + 0.0005 * (s % 2) for s in seqs]  # 0.5 ms of jitter
+    out = adaptive_feed(buffer, seqs, arrivals)
+    assert buffer.hole_wait == 1
+    assert out == seqs, "every packet released as it came, the one after the hole too"
+    assert buffer.counts["lost"] == 1
+
+
+def test_an_adaptive_buffer_s_depth_follows_the_jitter_and_is_bounded():
+    """Arrivals 0 or 14 ms late, alternately (RFC 3550 jitter ~14 ms): a hole waits one
+    packet, so a packet reordered by one is played; a wild path stays within the bound."""
+    from transceiver.call.jitter import MAX_DEPTH_FRAMES, depth_frames
+
+    buffer = AudioJitterBuffer(adaptive=True)
+    seqs = list(range(100))
+    out = adaptive_feed(buffer, seqs, [100.0 + 0.02 * s + 0.014 * (s % 2) for s in seqs])
+    assert out == seqs
+    assert 0.010 < buffer.jitter.jitter_s < 0.015 and buffer.hole_wait == 2
+    later = adaptive_feed(buffer, [101, 100, 102], [102.02, 102.021, 102.04])
+    assert later == [None, 100, 101], "reordered by one: still played"
+    assert depth_frames(10.0) == MAX_DEPTH_FRAMES and depth_frames(0.0) == 0
+
+
+def test_a_fixed_buffer_ignores_arrival_times():
+    buffer = AudioJitterBuffer()
+    adaptive_feed(buffer, range(20), [100.0 + 0.05 * (s % 2) for s in range(20)])
+    assert buffer.hole_wait == 2

@@ -27,6 +27,7 @@ from transceiver.call.inbound import UNPROTECT_FAILED, InboundAudio, direct_rtp
 from transceiver.call.opus import SILENCE_FRAME
 from transceiver.call.outbound import AudioClock, PhasedSenders, ntp_now
 from transceiver.call.outbound_track import SLOT_GRACE_S, BackendAudioTrack
+from transceiver.call.playout import LEAD_S
 from transceiver.call.seam import DirectSender, InlineAudioReceiver, InlineAudioSender, latch_srtp
 from transceiver.call.seam import install_receiver as install_inbound
 from transceiver.call.seam import install_sender as install
@@ -205,13 +206,14 @@ def test_the_clock_ticks_each_call_once_a_period_on_its_phase_s_grid_through_a_s
 def test_a_track_started_on_its_tick_s_grid_sends_audio_on_the_next_tick_however_late():
     """The first tick ran 3 ms late: a track whose clock starts at the tick's place on the grid
     has its slots due on the ticks; one started at that late ``now`` would have each slot fall
-    due just after a tick that ran on time, and its audio would wait a period more."""
+    due just after a tick that ran on time, and paced audio (a backend ahead of real time)
+    would wait a period more."""
     for grid_at, sent_on_the_next_tick in ((100.0, 1), (None, 0)):
         track = opus_track([])
-        assert track.take_due(100.003, grid_at=grid_at) == []  # slot 0 held open
-        track.push_opus(TONE[0])
-        track.push_opus(TONE[1])
-        assert len(track.take_due(100.0031, grid_at=grid_at)) == 1  # slot 0 (the push's)
+        track.set_format(OPUS, ahead=True)
+        for packet in TONE[:4]:
+            track.push_opus(packet)
+        assert len(track.take_due(100.003, grid_at=grid_at)) == 1  # slot 0
         assert len(track.take_due(100.0201, grid_at=100.02)) == sent_on_the_next_tick
 
 
@@ -355,10 +357,12 @@ def test_recv_paces_the_track_for_aiortc_s_own_sender():
     asyncio.run(go())
 
 
-def test_audio_for_a_slot_held_open_leaves_at_once_in_its_own_slot():
-    """Live audio has a phase of its own against the clock's ticks: a packet just late for its
-    tick goes out when it comes, in its own slot, instead of meeting silence there and then
-    waiting a whole frame (which left the rest of the call a frame later)."""
+def test_live_audio_leaves_on_its_push_early_or_late_on_one_unbroken_clock():
+    """Live audio (an echo) has a phase of its own against the clock's ticks: each packet
+    leaves on the push that brings it, whether its slot is due or not yet (within the lead),
+    never waiting for a tick; a slot whose audio does not come within the hold is silence, and
+    the audio after it leaves at once too. Sequence numbers and timestamps run on without a
+    jump."""
     now = [100.0]
     sent: list[bytes] = []
     track = opus_track([], clock=lambda: now[0])
@@ -366,29 +370,50 @@ def test_audio_for_a_slot_held_open_leaves_at_once_in_its_own_slot():
         fake_sender(), PT, track, lambda: lambda d: d, sent.append, 1, 0, clock=lambda: now[0]
     )
 
-    def heard() -> list[tuple[bytes, int]]:
-        return [(p.payload, p.timestamp) for p in (RtpPacket.parse(d, extensions()) for d in sent)]
+    def heard() -> list[tuple[int, bytes, int]]:
+        packets = (RtpPacket.parse(d, extensions()) for d in sent)
+        return [(p.sequence_number, p.payload, p.timestamp) for p in packets]
 
-    assert direct.send_due(100.0, 0) == 0  # slot 0 is due, nothing yet: held open
-    now[0] = 100.004
-    track.push_opus(TONE[0])  # 4 ms late: out at once, by the push, in slot 0
-    assert heard() == [(TONE[0], 0)]
-    now[0] = 100.012
-    track.push_opus(TONE[1])  # early for slot 1: waits for its tick
-    assert len(sent) == 1
-    assert direct.send_due(100.020, 0) == 1 and heard()[-1] == (TONE[1], 960)
-    # A slot whose audio does not come within the grace: silence there, the audio in the next.
-    assert direct.send_due(100.040, 0) == 0
-    dtx = bytes((TONE[1][0] & 0xFC,))  # silence in passthrough: the stream's own DTX frame
-    assert direct.send_due(100.040 + SLOT_GRACE_S, 0) == 1 and heard()[-1] == (dtx, 1920)
-    now[0] = 100.052
-    track.push_opus(TONE[2])  # slot 3 is not due yet (100.060): its tick sends it
-    assert len(sent) == 3
-    assert direct.send_due(100.060, 0) == 1 and heard()[-1] == (TONE[2], 2880)
+    assert direct.send_due(100.0, 0, 100.0) == 0  # slot 0 is due, nothing yet: held open
+    now[0] = 100.003
+    track.push_opus(TONE[0])  # 3 ms late: out at once, in slot 0
+    assert heard() == [(1, TONE[0], 0)]
+    now[0] = 100.015
+    track.push_opus(TONE[1])  # 8 ms early for slot 1 (100.023: the grid follows the source)
+    assert heard()[-1] == (2, TONE[1], 960)
+    assert direct.send_due(100.020, 0, 100.020) == 0  # the tick has nothing left to send
+    now[0] = 100.043
+    track.push_opus(TONE[2])
+    assert heard()[-1] == (3, TONE[2], 1920)
+    # Nothing for slot 3 (due ~100.063): held open for the hold, then silence.
+    assert direct.send_due(100.060, 0, 100.060) == 0
+    dtx = bytes((TONE[2][0] & 0xFC,))  # silence in passthrough: the stream's own DTX frame
+    assert direct.send_due(100.080, 0, 100.080) == 1 and heard()[-1] == (4, dtx, 2880)
+    now[0] = 100.081
+    track.push_opus(TONE[3])  # after the silence: at once, in the next slot
+    assert heard()[-1] == (5, TONE[3], 3840)
     direct.detach()
     now[0] = 100.090
-    track.push_opus(TONE[3])  # the call stopped sending: audio triggers nothing
-    assert len(sent) == 4
+    track.push_opus(TONE[4])  # the call stopped sending: audio triggers nothing
+    assert len(sent) == 5
+
+
+def test_live_audio_faster_than_real_time_is_paced_past_the_lead():
+    """A backend that pushes frame by frame but faster than real time (every 10 ms) leaves on
+    its pushes only while it is within ``LEAD_S`` of the grid; past it, the clock paces it: it
+    never gets more than the lead (and the grid's bounded creep) ahead of real time."""
+    now = [100.0]
+    track = opus_track([], clock=lambda: now[0])
+    sent_at: list[float] = []
+    track.on_due = lambda: sent_at.extend(now[0] for _ in track.take_due(now[0]))
+    track.take_due(100.0, grid_at=100.0)  # the clock starts
+    for i in range(100):  # one second of pushes, two seconds of audio
+        now[0] = 100.0 + 0.010 * i
+        track.push_opus(TONE[i % len(TONE)])
+        sent_at.extend(now[0] for _ in track.take_due(now[0]))  # the ticks too
+    lead = [0.02 * k - (t - 100.0) for k, t in enumerate(sent_at)]
+    assert max(lead) <= LEAD_S + 0.025 * 1.0 + 1e-9, max(lead)
+    assert len(sent_at) <= (1.0 + LEAD_S) / 0.02 * 1.025 + 1
 
 
 def test_a_backend_ahead_of_real_time_gets_silence_on_the_tick_and_its_audio_at_once():
@@ -452,13 +477,14 @@ def stalled_stream_peaks(audio_format: str, rate: int, stall: int) -> list[float
     from transceiver.call import opus
 
     samples = rate // 50
-    track = BackendAudioTrack()
+    now = [100.0]
+    track = BackendAudioTrack(clock=lambda: now[0])
     track.set_format(audio_format, rate if audio_format == PCM16 else 48000)
     backend = opus.Encoder(rate) if audio_format == OPUS else None
     w = 2 * math.pi * 440 / rate
     decoder, peaks, k = opus.Decoder(), [], 0
     for step in range(90):
-        t = 100.0 + 0.02 * step
+        t = now[0] = 100.0 + 0.02 * step
         if not STALL_FROM <= step < STALL_FROM + stall:
             tone = (int(3604 * math.sin(w * (k * samples + i))) for i in range(samples))
             pcm = array.array("h", tone)
@@ -468,7 +494,8 @@ def stalled_stream_peaks(audio_format: str, rate: int, stall: int) -> list[float
                 for packet in backend.encode(pcm.tobytes()):
                     track.push_opus(packet)
             k += 1
-        for payload, _ in track.take_due(t + SLOT_GRACE_S, grid_at=t):
+        # what the push sends (``on_due``), then the tick after an empty slot's longest hold
+        for payload, _ in track.take_due(t, grid_at=t) + track.take_due(t + SLOT_GRACE_S):
             decoded = array.array("h", decoder.decode(payload))
             peaks.append(max(abs(x) for x in decoded) / 32767)
     return peaks
@@ -519,3 +546,22 @@ def test_ntp_now_is_aiortc_s_ntp_time_without_the_datetimes():
     assert ntp_now(lambda: wall) & 0xFFFFFFFF == 2**30  # a quarter second
     assert abs(ntp_now(lambda: wall) - expected) < 2**32 // 1_000_000
     assert abs(ntp_now() - aiortc_clock.current_ntp_time()) < 2**32 // 100  # 10 ms, two reads
+
+
+def test_live_audio_held_up_by_a_stalled_loop_leaves_at_once_and_stays_live():
+    """The event loop stalled 100 ms (no tick, no packet): the five packets that waited in the
+    socket come together; all leave at once (the grid stays where the stall left it), none
+    stands in the queue, and the backend is still taken as live."""
+    now = [100.0]
+    track = opus_track([], clock=lambda: now[0])
+    sent: list[int] = []
+    track.on_due = lambda: sent.extend(pts for _, pts in track.take_due(now[0]))
+    for i in range(10):
+        now[0] = 100.0 + 0.02 * i
+        track.take_due(now[0], grid_at=now[0])
+        track.push_opus(TONE[i])
+    now[0] = 100.3
+    for i in range(10, 15):
+        track.push_opus(TONE[i])
+    assert sent == [960 * i for i in range(15)] and track.queued_frames() == 0
+    assert track._ahead is False

@@ -20,7 +20,8 @@ session):
    (``transceiver.call.rtpview``);
 4. ``InlineAudioReceiver.handle_rtp`` (``transceiver.call.seam``): aiortc's receiver statistics
    (its RTCP receiver reports), the codec check;
-5. ``InboundAudio.push``: the jitter buffer, then libopus decoding (``pcm16``) or the TOC check
+5. ``InboundAudio.push``: the jitter buffer (its depth adapts to the measured jitter: zero on a
+   clean path, ``transceiver.call.jitter``), then libopus decoding (``pcm16``) or the TOC check
    (``opus``);
 6. ``BackendInlet.frame``: counted, the call marked as heard, then the backend session's
    ``audio_in`` or ``opus_in``.
@@ -94,7 +95,10 @@ class InboundAudio:
         on_opus: Callable[[OpusFrame], None] | None = None,
         on_event: Callable[[str, int], None] | None = None,
         sample_rate: int = AUDIO_SAMPLE_RATE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: each packet's arrival, from which the jitter buffer measures the path's
+        jitter and sizes its depth (``AudioJitterBuffer(adaptive=True)``)."""
         if audio_format not in (PCM16, OPUS):
             raise ValueError(f"unknown audio format {audio_format!r}")
         if (on_pcm if audio_format == PCM16 else on_opus) is None:
@@ -103,7 +107,8 @@ class InboundAudio:
         self._on_pcm = on_pcm
         self._on_opus = on_opus
         self._on_event = on_event
-        self.jitter = AudioJitterBuffer(on_event=on_event)
+        self._clock = clock
+        self.jitter = AudioJitterBuffer(on_event=on_event, adaptive=True)
         # pcm16 at 48 kHz: PyAV's libopus decoder (aiortc's); at any other rate libopus itself,
         # which decodes to that rate natively (PyAV's wrapper only asks it for 48 kHz).
         self._decoder: Decoder | LibopusDecoder | None = None
@@ -124,7 +129,7 @@ class InboundAudio:
     def push(self, packet: Any) -> None:
         """An RTP packet (``sequence_number``, ``timestamp``, ``payload``) of the Opus stream."""
         self.packets += 1
-        due = self.jitter.push(packet)
+        due = self.jitter.push(packet, self._clock())
         if due is None:
             return
         payload = due.payload

@@ -1,13 +1,15 @@
-"""The outbound track: the backend's audio paced in real time, handed to aiortc's sender as Opus.
+"""The outbound track: the backend's audio toward the caller, as Opus, on the call's playout.
 
 ``BackendAudioTrack`` takes what the backend emits, PCM16 mono 48 kHz (format ``pcm16``: encoded
-to Opus here, 20 ms at a time) or Opus packets (format ``opus``: sent as they are, each paced by
-its own duration), and returns encoded packets to aiortc's sender, which then only packetizes
-them. That removes two per-frame costs of stock aiortc (docs/design.md) without patching it: the
-pure-Python ``compute_audio_level_dbov`` over every frame, and a thread-pool round trip
-(``run_in_executor``) for every encode. The price: no RFC 6464 audio-level header extension on
-outbound packets, which a 1:1 voice session does not need. Inbound audio:
-``transceiver.call.inbound``.
+to Opus here, 20 ms at a time) or Opus packets (format ``opus``: sent as they are, each slot as
+long as its packet), and returns encoded packets to aiortc's sender, which then only packetizes
+them. When each packet leaves, and with which RTP timestamp, is ``transceiver.call.playout``'s
+decision (live audio at once, audio ahead of real time paced, silence in an empty slot); the
+track holds what is queued and what fills a slot. That removes two per-frame costs of stock
+aiortc (docs/design.md) without patching it: the pure-Python ``compute_audio_level_dbov`` over
+every frame, and a thread-pool round trip (``run_in_executor``) for every encode. The price: no
+RFC 6464 audio-level header extension on outbound packets, which a 1:1 voice session does not
+need. Inbound audio: ``transceiver.call.inbound``.
 """
 
 from __future__ import annotations
@@ -30,21 +32,20 @@ from transceiver.backend import (
 )
 from transceiver.call import opus
 from transceiver.call.libopus import DEFAULTS, EncoderSettings
+from transceiver.call.playout import FILL, MAX_HOLD_S, SEND, WAIT, Playout
 
 SAMPLES_PER_FRAME = AUDIO_SAMPLE_RATE // 50  # on the RTP clock (48 kHz), whatever the PCM rate
-SLOT_S = 0.02  # one frame's slot
 MAX_DUE_PER_TAKE = 10  # packets a late tick may catch up at once (200 ms of 20 ms frames)
-# A slot whose audio has not come yet is held open this long past its time before silence
-# fills it: audio that comes meanwhile leaves at once (``on_due``) in its own slot. Live audio
-# (an echo, a streaming backend) arrives with a phase of its own against the 20 ms clock; a
-# packet just late for its tick would otherwise meet silence in its slot and then wait a whole
-# frame, and every such packet left the rest of the call one frame later for good.
-SLOT_GRACE_S = 0.010
+# The longest an empty slot of live audio is held open before silence fills it (the hold adapts
+# to the backend's jitter below it: ``transceiver.call.playout``); a tick this long after a slot
+# finds it filled.
+SLOT_GRACE_S = MAX_HOLD_S
 # A push that leaves at least this many frames queued (once what was due went) says the
 # backend's audio comes ahead of its slots (a model server's deltas, 4x real time or more), not
 # frame by frame in real time (an echo, a live stream, one frame early now and then):
 # ``BackendAudioTrack._ahead``.
 AHEAD_FRAMES = 3
+LIVE_PUSH_GAP_S = 0.010  # half a frame: pushes closer than this are one burst
 # Silent frames still given to the encoder when the backend falls quiet, so that its state
 # (and the caller's decoder's) fades out and the next speech starts from silence; after them
 # the encoder's own last silent packet is repeated instead.
@@ -59,8 +60,8 @@ CONCEALED_SLOTS = 2
 
 
 class BackendAudioTrack(MediaStreamTrack):
-    """An outbound audio track fed by ``push`` (PCM) or ``push_opus``; yields Opus packets paced
-    in real time, silence when the backend has nothing.
+    """An outbound audio track fed by ``push`` (PCM) or ``push_opus``; yields Opus packets when
+    the call's ``Playout`` has them due, silence when the backend has nothing.
 
     The format is ``pcm16`` until ``set_format`` says otherwise (the session learns it once the
     backend opened, after the track was added); the encoder exists only if PCM ever comes.
@@ -96,19 +97,17 @@ class BackendAudioTrack(MediaStreamTrack):
         # in the stream's own mode; then silence, in the stream's channels.
         self._dtx = b""
         self._silence_frame = opus.SILENCE_FRAME
-        self._pts = 0
-        self._start: float | None = None
-        # The backend sends ahead of real time (its last push left AHEAD_FRAMES queued): a slot
-        # with nothing is silence on its tick, not held open, since no audio of a live stream is
-        # about to come for it; held open, its silence left a tick late, behind audio that left
-        # on time, and the caller's jitter buffer grew by that frame (docs/realtime.md).
+        self.playout = Playout()
+        # The backend sends ahead of real time (its last push left AHEAD_FRAMES queued): its
+        # audio is paced, a slot with nothing is silence on its tick, not held open, since no
+        # audio of a live stream is about to come for it; held open, its silence left a tick
+        # late, behind audio that left on time, and the caller's jitter buffer grew by that
+        # frame (docs/realtime.md).
         self._ahead = False
-        # The last slot went out as silence on its tick, the backend ahead: the audio that comes
-        # next takes the next slot at once, as audio would have taken a slot held open.
-        self._early = False
-        # Sends what is due now, out of the clock's tick (set by transceiver.call.outbound): audio
-        # that arrives for a slot held open goes at once.
+        # Sends what is due now, out of the clock's tick (set by transceiver.call.outbound): live
+        # audio leaves on the push that brings it.
         self.on_due: Callable[[], None] | None = None
+        self._pushing = False  # on_due runs: send what is due, fill no silence
         self.frames_out = 0
         self.frames_dropped = 0
 
@@ -138,7 +137,7 @@ class BackendAudioTrack(MediaStreamTrack):
             self._frames.append(data[i : i + size])
         self._pending = data[whole:]
         if whole:
-            self._slot_filled()
+            self._slot_filled(whole // size * SAMPLES_PER_FRAME, whole // size)
 
     def push_opus(self, packet: bytes) -> None:
         """Queue one Opus packet from the backend; ValueError (``OpusError``) if it is not one."""
@@ -149,22 +148,32 @@ class BackendAudioTrack(MediaStreamTrack):
         if len(self._packets) == self._packets.maxlen:
             self.frames_dropped += 1
         self._packets.append((bytes(packet), samples))
-        self._slot_filled()
+        self._slot_filled(samples, 1)
 
-    def _slot_filled(self) -> None:
-        """Audio came: if its slot is already due (held open for it), or the next one may go
-        early (``_early``), send it now; what stays queued says if the backend is ahead."""
-        if self.on_due is not None:
-            wait = self._slot_at() - self._clock()
-            if wait <= 0 or (self._early and wait <= SLOT_S):
+    def _slot_filled(self, samples: int, added: int) -> None:
+        """Audio came: if the playout has it due (live audio: at once), send it now. Whether the
+        backend is ahead is learnt from its pushes: ahead once one leaves ``AHEAD_FRAMES``
+        queued, live again when one, half a frame or more after the last, finds fewer queued
+        before it (the pushes of a burst come together: its second finds the queue its first
+        left, and is still ahead; a live source's next packet, in its rhythm, is live)."""
+        now = self._clock()
+        last = self.playout.pushed_at
+        if (
+            self._ahead
+            and last is not None
+            and now - last >= LIVE_PUSH_GAP_S
+            and self.queued_frames() - added < AHEAD_FRAMES
+        ):
+            self._ahead = False
+        self.playout.pushed(now, samples)
+        if self.on_due is not None and self.playout.decide(now, True, self._ahead) == SEND:
+            self._pushing = True
+            try:
                 self.on_due()
-        self._ahead = self.queued_frames() >= AHEAD_FRAMES
-
-    def _slot_at(self) -> float:
-        """When the next slot is due (monotonic); infinity before the clock started."""
-        if self._start is None:
-            return float("inf")
-        return self._start + self._pts / AUDIO_SAMPLE_RATE
+            finally:
+                self._pushing = False
+        if self.queued_frames() >= AHEAD_FRAMES:
+            self._ahead = True
 
     def queued_frames(self) -> int:
         """Frames (pcm16) or packets (opus) the backend gave that are not sent yet."""
@@ -180,36 +189,32 @@ class BackendAudioTrack(MediaStreamTrack):
             self._quiet_frames = max(self._quiet_frames, CONCEALED_SLOTS)
         return dropped
 
-    def _next(self) -> list[bytes]:
-        """The next packet(s) to send (advances ``_pts`` by what they last)."""
+    def _next(self) -> tuple[list[bytes], int]:
+        """The next packet(s) to send, and the samples they last."""
         if self.audio_format == OPUS:
             if self._packets:
                 payload, samples = self._packets.popleft()
                 self._count_out()
-                self._early = False
                 self._quiet_frames = 0
             else:  # the stream's own DTX frame for a short gap, then silence; silence before any
                 self._quiet_frames += 1
                 concealed = self._dtx and self._quiet_frames <= CONCEALED_SLOTS
                 payload = self._dtx if concealed else self._silence_frame
                 samples = SAMPLES_PER_FRAME
-            self._pts += samples
-            return [payload]
+            return [payload], samples
         silence = self._silence
         pcm = self._frames.popleft() if self._frames else silence
         if self._encoder is None:
             self._encoder = opus.Encoder(self.sample_rate, self._encoder_settings)
-        self._pts += SAMPLES_PER_FRAME
         if pcm is not silence:
             self._count_out()
             self._quiet_frames = 0
-            self._early = False
         else:
             self._quiet_frames += 1
             if self._encoder.in_dtx:
                 # DTX (--opus-dtx): the caller's decoder got the DTX frame that began the
                 # silence and makes comfort noise; our own filler has nothing new to encode.
-                return []
+                return [], SAMPLES_PER_FRAME
             if (
                 self._quiet_frames > ENCODED_SILENCE_FRAMES
                 and self._own_silence
@@ -220,11 +225,11 @@ class BackendAudioTrack(MediaStreamTrack):
                 # ~0.13 ms a frame). Never another encoder's: its packet (hybrid, full band)
                 # spliced into this stream (CELT or hybrid at this call's bandwidth) made the
                 # caller's decoder play a 40 ms full-scale burst (issue 25).
-                return [self._own_silence]
+                return [self._own_silence], SAMPLES_PER_FRAME
         packets = self._encoder.encode(pcm)
         if pcm is silence and self._quiet_frames == ENCODED_SILENCE_FRAMES and packets:
             self._own_silence = packets[-1]
-        return packets
+        return packets, SAMPLES_PER_FRAME
 
     def _count_out(self) -> None:
         self.frames_out += 1
@@ -235,29 +240,27 @@ class BackendAudioTrack(MediaStreamTrack):
         self, now: float, grid_at: float | None = None, limit: int = MAX_DUE_PER_TAKE
     ) -> list[tuple[bytes, int]]:
         """The packets due by ``now`` (``time.monotonic()``), as (payload, RTP timestamp offset
-        in samples), at most ``limit``: what ``transceiver.call.outbound`` sends on a tick. The
-        first call starts the clock, as a sound card's first read does: at ``grid_at``, the
-        tick's place on its clock's grid, when given (its slots then fall due on its ticks; from
-        ``now``, which the loop's delay makes late, each later tick on time would come just
-        before its slot, and the slot's audio would wait a whole period for the next one). A slot
-        with no audio yet is held open for ``SLOT_GRACE_S``, then silence fills it. A stalled
-        loop catches up at most ``limit`` packets per call; the rest follow on the next ticks."""
-        if self._start is None:
-            self._start = now if grid_at is None else min(grid_at, now)
+        in samples), at most ``limit``: what ``transceiver.call.outbound`` sends on a tick and on
+        a push (``on_due``). The first call starts the playout's grid, as a sound card's first
+        read does: at ``grid_at``, the tick's place on its clock's grid, when given (its slots
+        then fall due on its ticks; from ``now``, which the loop's delay makes late, each later
+        tick on time would come just before its slot). What is due, and when silence fills a
+        slot: ``transceiver.call.playout``. A stalled loop catches up at most ``limit`` packets
+        per call; the rest follow on the next ticks."""
+        playout = self.playout
+        playout.start(now, grid_at)
         due: list[tuple[bytes, int]] = []
         while len(due) < limit:
-            slot_at = self._start + self._pts / AUDIO_SAMPLE_RATE
             queued = bool(self._frames or self._packets)
-            if slot_at > now and not (self._early and queued and slot_at - now <= SLOT_S):
-                break
-            if not queued:
-                if not self._ahead and now - slot_at < SLOT_GRACE_S:
-                    break  # nothing yet: the slot stays open (``on_due`` sends it when audio comes)
-                self._early = self._ahead  # silence on its tick: what comes next may go early
-            # On the track's clock, not the encoder's pts: libopus shifts its pts by its
+            action = playout.decide(now, queued, self._ahead)
+            if action == WAIT or (action == FILL and self._pushing):
+                break  # a push sends audio; silence is the ticks' (more audio may be coming)
+            payloads, samples = self._next()
+            more = bool(self._frames or self._packets)
+            # On the playout's clock, not the encoder's pts: libopus shifts its pts by its
             # look-ahead, and quiet frames are not encoded at all.
-            pts = self._pts
-            for j, payload in enumerate(self._next()):
+            pts = playout.advance(now, samples, queued, self._ahead, more)
+            for j, payload in enumerate(payloads):
                 due.append((payload, pts + j * SAMPLES_PER_FRAME))
         return due
 
@@ -275,7 +278,7 @@ class BackendAudioTrack(MediaStreamTrack):
                 packet.pts = pts
                 packet.time_base = opus.TIME_BASE
                 return packet
-            wait = self._slot_at() - now
-            if wait <= 0:  # a slot held open: silence fills it once its grace is over
-                wait = wait + SLOT_GRACE_S
+            wait = self.playout.slot_at - now
+            if wait <= 0:  # a slot held open: silence fills it once its hold is over
+                wait = wait + self.playout.hold_s
             await asyncio.sleep(max(wait, 0.001))
